@@ -1,0 +1,37 @@
+"""attnspec's implementation under test: a readable PyTorch decoder block."""
+
+from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_or_zero
+from .block import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
+from .heads import merge_heads, split_heads
+from .layers import FeedForward, RMSNorm, default_ffn_hidden
+from .masks import additive_mask, attention_mask, check_window, layer_window
+from .positions import (
+    LearnedPositionalEmbedding,
+    apply_rope,
+    rope_cos_sin,
+    sinusoidal_positional_encoding,
+)
+
+__all__ = [
+    "AttentionBlock",
+    "FeedForward",
+    "LearnedPositionalEmbedding",
+    "MLPBlock",
+    "ModelConfig",
+    "RMSNorm",
+    "TransformerBlock",
+    "TransformerStack",
+    "additive_mask",
+    "apply_rope",
+    "attention_mask",
+    "check_attention_inputs",
+    "check_window",
+    "default_ffn_hidden",
+    "layer_window",
+    "merge_heads",
+    "rope_cos_sin",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+    "softmax_or_zero",
+    "split_heads",
+]

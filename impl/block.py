@@ -1,0 +1,129 @@
+"""The pre-norm decoder block of the source chapters, and a stack of them.
+
+    x = x + Attn(RMSNorm(x))     AttentionBlock: fused QKV (no bias), GQA, RoPE on Q and K,
+                                 per-head sinks, a sliding window on even layers
+    x = x + FFN(RMSNorm(x))      MLPBlock
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import scaled_dot_product_attention
+from .heads import merge_heads, split_heads
+from .layers import ACTIVATIONS, FeedForward, RMSNorm
+from .masks import check_window, layer_window
+from .positions import apply_rope
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches of the block; every check runs at construction."""
+
+    d_model: int = 256
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 64
+    n_layers: int = 2
+    window: int | None = 128
+    window_layers: str = "even"
+    use_sinks: bool = True
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    ffn_hidden: int | None = None
+    activation: str = "swiglu"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads must be a multiple of n_kv_heads: n_heads={self.n_heads}, "
+                f"n_kv_heads={self.n_kv_heads}"
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
+        check_window(self.window)
+        layer_window(0, self.window, self.window_layers)  # rejects an unknown schedule
+        if self.ffn_hidden is not None and self.ffn_hidden < 1:
+            raise ValueError(f"ffn_hidden must be a positive int or None, got {self.ffn_hidden!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+
+class AttentionBlock(nn.Module):
+    """x + out_proj(attention(RoPE(q), RoPE(k), v)) over RMSNorm(x)."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.window = layer_window(layer_idx, config.window, config.window_layers)
+        self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
+        q_width = config.n_heads * config.head_dim
+        kv_width = config.n_kv_heads * config.head_dim
+        self.qkv = nn.Linear(config.d_model, q_width + 2 * kv_width, bias=False)
+        self.out = nn.Linear(q_width, config.d_model, bias=False)
+        self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.use_sinks else None
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0]."""
+        if x.dim() != 3 or x.shape[-1] != self.config.d_model:
+            raise ValueError(
+                f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}"
+            )
+        cfg = self.config
+        q_width = cfg.n_heads * cfg.head_dim
+        kv_width = cfg.n_kv_heads * cfg.head_dim
+        q, k, v = self.qkv(self.norm(x)).split([q_width, kv_width, kv_width], dim=-1)
+        q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
+        k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
+        v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
+        attn = scaled_dot_product_attention(q, k, v, window=self.window, sinks=self.sinks)
+        return x + self.out(merge_heads(attn))
+
+
+class MLPBlock(nn.Module):
+    """x + FFN(RMSNorm(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
+        self.ffn = FeedForward(config.d_model, config.ffn_hidden, config.activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.ffn(self.norm(x))
+
+
+class TransformerBlock(nn.Module):
+    """An AttentionBlock followed by an MLPBlock."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int = 0) -> None:
+        super().__init__()
+        self.attn = AttentionBlock(config, layer_idx)
+        self.mlp = MLPBlock(config)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.mlp(self.attn(x, offset))
+
+
+class TransformerStack(nn.Module):
+    """config.n_layers TransformerBlocks; layer i uses the window iff the schedule says so."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.blocks = nn.ModuleList(TransformerBlock(config, i) for i in range(config.n_layers))
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, offset)
+        return x

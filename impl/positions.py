@@ -1,0 +1,80 @@
+"""Positions: rotary embeddings (RoPE), sinusoidal encodings and a learned table."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles p * theta_i, theta_i = base^(-2i/d), each (T, d/2), float64."""
+    if head_dim < 2 or head_dim % 2 != 0:
+        raise ValueError(f"RoPE needs an even head_dim >= 2, got head_dim={head_dim}")
+    i = torch.arange(head_dim // 2, dtype=torch.float64, device=positions.device)
+    theta = base ** (-2.0 * i / head_dim)
+    angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (T, d/2)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    offset: int = 0,
+    base: float = 10000.0,
+) -> torch.Tensor:
+    """Rotate x (..., T, d) by its positions (default offset, offset+1, ...), half-split pairs.
+
+    Feature i is paired with feature i + d/2 and the pair is rotated by p * theta_i.
+    """
+    if x.dim() < 2:
+        raise ValueError(f"apply_rope expects (..., T, d), got shape {tuple(x.shape)}")
+    seq, head_dim = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(offset, offset + seq, device=x.device)
+    elif positions.shape != (seq,):
+        raise ValueError(f"positions must have shape (T,) = ({seq},), got {tuple(positions.shape)}")
+    cos, sin = rope_cos_sin(positions, head_dim, base)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    half = head_dim // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def sinusoidal_positional_encoding(seq_len: int, d_model: int) -> torch.Tensor:
+    """(seq_len, d_model) table: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i), w_i = 10000^(-2i/D)."""
+    if seq_len < 1 or d_model < 2 or d_model % 2 != 0:
+        raise ValueError(
+            f"need seq_len >= 1 and an even d_model >= 2, got seq_len={seq_len}, d_model={d_model}"
+        )
+    p = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    angles = p * 10000.0 ** (-2.0 * i / d_model)  # (T, D/2)
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe.to(torch.get_default_dtype())
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trainable (max_len, d_model) table with a hard limit of max_len positions."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        if max_len < 1 or d_model < 1:
+            raise ValueError(f"need max_len >= 1 and d_model >= 1, got {max_len}, {d_model}")
+        self.max_len = max_len
+        self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+
+    def forward(self, seq_len: int, offset: int = 0) -> torch.Tensor:
+        """Rows offset .. offset+seq_len-1 of the table, (seq_len, d_model)."""
+        if seq_len < 1 or offset < 0:
+            raise ValueError(f"need seq_len >= 1 and offset >= 0, got {seq_len}, {offset}")
+        if offset + seq_len > self.max_len:
+            raise ValueError(
+                f"positions {offset}..{offset + seq_len - 1} exceed the learned table "
+                f"(T_max={self.max_len})"
+            )
+        return self.table[offset : offset + seq_len]

@@ -1,0 +1,62 @@
+"""pytest wiring for the properties: Hypothesis profiles, the device, the req marker."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, settings
+
+from specs import REQUIREMENTS
+
+_common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+settings.register_profile("default", max_examples=25, **_common)
+settings.register_profile("ci", max_examples=150, **_common)
+settings.register_profile("thorough", max_examples=1000, **_common)
+# Under mutmut: the same examples every run, no database, no shrinking (DESIGN.md).
+settings.register_profile(
+    "mutation",
+    max_examples=20,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    **_common,
+)
+if os.environ.get("MUTANT_UNDER_TEST"):
+    settings.load_profile("mutation")
+else:
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device",
+        default=os.environ.get("ATTNSPEC_DEVICE", "cpu"),
+        help="torch device the properties run on (default: $ATTNSPEC_DEVICE or cpu)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    device = config.getoption("--device")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every property names known requirement ids; helper self-tests are exempt."""
+    problems = []
+    for item in items:
+        ids = [rid for mark in item.iter_markers("req") for rid in mark.args]
+        unknown = [rid for rid in ids if rid not in REQUIREMENTS]
+        if unknown:
+            problems.append(f"{item.nodeid} names unknown requirement ids {unknown}")
+        elif not ids and "meta_tests" not in item.nodeid:
+            problems.append(f"{item.nodeid} names no requirement (add @pytest.mark.req('ID'))")
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> torch.device:
+    return torch.device(request.config.getoption("--device"))

@@ -1,0 +1,173 @@
+"""Hypothesis strategies and tensor factories: every property draws its inputs here.
+
+Tensors are not drawn element by element (slow, and shrinking a float tensor says little):
+a strategy draws the shapes, the switches and a seed, and `make` builds the tensors
+from that seed, so a failing example is reproducible from its printed repr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class AttnCase:
+    """One attention problem: shapes, mask switches and the seed of its tensors."""
+
+    batch: int
+    n_heads: int
+    n_kv_heads: int
+    tq: int
+    tk: int
+    head_dim: int
+    dv: int
+    window: int | None
+    use_sinks: bool
+    seed: int
+    magnitude: float = 1.0
+
+    def make(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+        """(q, k, v, sinks) on ``device`` in ``dtype``; sinks is None unless use_sinks."""
+        gen = torch.Generator().manual_seed(self.seed)
+        q = torch.randn(self.batch, self.n_heads, self.tq, self.head_dim, generator=gen, dtype=torch.float64)
+        k = torch.randn(self.batch, self.n_kv_heads, self.tk, self.head_dim, generator=gen, dtype=torch.float64)
+        v = torch.randn(self.batch, self.n_kv_heads, self.tk, self.dv, generator=gen, dtype=torch.float64)
+        sinks = torch.randn(self.n_heads, generator=gen, dtype=torch.float64) * 2 if self.use_sinks else None
+        q, k = q * self.magnitude, k * self.magnitude
+
+        def put(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device=device, dtype=dtype)
+
+        return put(q), put(k), put(v), put(sinks)
+
+    @property
+    def group(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+@st.composite
+def attn_cases(
+    draw: st.DrawFn,
+    *,
+    max_t: int = 12,
+    windows: bool = True,
+    sinks: bool = True,
+    self_attention: bool = False,
+    distinct: bool = False,
+    min_tq: int = 1,
+) -> AttnCase:
+    """An attention problem with Tq <= Tk (decode-style when Tq < Tk), GQA groups, windows, sinks.
+
+    ``self_attention`` forces Tq == Tk; ``distinct`` forces B, Hq, Hkv, Tq, Tk, d, dv to
+    differ from one another where that is possible, so no shape coincidence hides a bug.
+    """
+    n_kv_heads = draw(st.integers(1, 3))
+    n_heads = n_kv_heads * draw(st.integers(1, 3))
+    tk = draw(st.integers(max(min_tq, 1), max_t))
+    tq = tk if self_attention else draw(st.integers(min(min_tq, tk), tk))
+    head_dim = draw(st.integers(1, 8))
+    dv = draw(st.one_of(st.just(head_dim), st.integers(1, 8)))
+    batch = draw(st.integers(1, 3))
+    if distinct:
+        dims = [batch, n_heads, n_kv_heads, tq, tk, head_dim, dv]
+        if len(set(dims)) != len(dims):
+            batch, n_kv_heads, n_heads, tq, tk, head_dim, dv = 2, 1, 3, 5, 7, 4, 6
+            if self_attention:
+                batch, n_kv_heads, n_heads, tq, tk, head_dim, dv = 2, 1, 3, 5, 5, 4, 6
+    window = draw(st.one_of(st.none(), st.integers(1, tk + 2))) if windows else None
+    use_sinks = draw(st.booleans()) if sinks else False
+    magnitude = draw(st.sampled_from([1.0, 0.1, 3.0]))
+    return AttnCase(batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds), magnitude)
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """A small ModelConfig's arguments plus the input's batch, length and seed."""
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_layers: int
+    window: int | None
+    window_layers: str
+    use_sinks: bool
+    activation: str
+    batch: int
+    seq: int
+    seed: int
+
+    def config(self):
+        from impl import ModelConfig
+
+        return ModelConfig(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            n_layers=self.n_layers,
+            window=self.window,
+            window_layers=self.window_layers,
+            use_sinks=self.use_sinks,
+            activation=self.activation,
+        )
+
+    def input(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed)
+        x = torch.randn(self.batch, self.seq, self.d_model, generator=gen, dtype=torch.float64)
+        return x.to(device=device, dtype=dtype)
+
+
+@st.composite
+def block_cases(draw: st.DrawFn, *, max_seq: int = 10, max_layers: int = 3, sinks: bool | None = None) -> BlockCase:
+    """A tiny block or stack configuration (Hq != Hkv often, T != d) and an input."""
+    n_kv_heads = draw(st.integers(1, 2))
+    n_heads = n_kv_heads * draw(st.integers(1, 3))
+    head_dim = draw(st.sampled_from([2, 4, 6, 8]))
+    d_model = draw(st.sampled_from([8, 12, 16, 24]))
+    seq = draw(st.integers(1, max_seq))
+    window = draw(st.one_of(st.none(), st.integers(1, max_seq + 1)))
+    return BlockCase(
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        n_layers=draw(st.integers(1, max_layers)),
+        window=window,
+        window_layers=draw(st.sampled_from(["even", "all"])),
+        use_sinks=draw(st.booleans()) if sinks is None else sinks,
+        activation=draw(st.sampled_from(["relu", "gelu", "swiglu"])),
+        batch=draw(st.integers(1, 2)),
+        seq=seq,
+        seed=draw(seeds),
+    )
+
+
+def randomize_(module: torch.nn.Module, seed: int, std: float = 0.5) -> torch.nn.Module:
+    """Overwrite every parameter with seeded noise (sinks and norm gains too), in place."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+    return module
+
+
+def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:
+    """fp16/bf16 where a matmul in that dtype runs on ``device``."""
+    supported = []
+    for dtype in LOW_PRECISION:
+        try:
+            a = torch.ones(2, 2, dtype=dtype, device=device)
+            (a @ a).sum().item()
+            supported.append(dtype)
+        except (RuntimeError, TypeError):
+            pass
+    return supported

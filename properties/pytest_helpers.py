@@ -1,0 +1,67 @@
+"""Assertion helpers that say what broke in the chapter's words, not just 'tensors differ'."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from specs.tolerance import golden_bound
+
+
+def _where(diff: torch.Tensor) -> str:
+    idx = torch.nonzero(diff == diff.max())[0].tolist() if diff.numel() else []
+    return f"largest at index {tuple(idx)}"
+
+
+def assert_exactly_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bitwise equality (NaNs in the same places count as equal)."""
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if torch.equal(actual, expected):
+        return
+    diff = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    raise AssertionError(
+        f"{what}: {int((diff != 0).sum())} of {diff.numel()} entries differ, "
+        f"max |diff| = {diff.max().item():.3e}, {_where(diff)}"
+    )
+
+
+def assert_exactly_zero(t: torch.Tensor, what: str) -> None:
+    """Every entry is exactly 0 (not small: zero)."""
+    if torch.count_nonzero(t) == 0:
+        return
+    mag = t.double().abs()
+    raise AssertionError(
+        f"{what}: {int(torch.count_nonzero(t))} entries are not exactly zero, "
+        f"max |value| = {mag.max().item():.3e}, {_where(mag)}"
+    )
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, **kwargs: float) -> None:
+    """torch.testing.assert_close with the dtype's defaults, prefixed by ``what``."""
+    expected = expected.to(device=actual.device, dtype=actual.dtype)
+    torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}", **kwargs)
+
+
+def assert_golden(
+    out: torch.Tensor, golden: torch.Tensor, ref_lowp: torch.Tensor, what: str
+) -> None:
+    """The tolerance policy: max|out - golden| <= FUDGE*max|ref_lowp - golden| + floor."""
+    assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != golden {tuple(golden.shape)}"
+    bound = golden_bound(golden, ref_lowp, out.dtype)
+    err = (out.detach().cpu().double() - golden.double()).abs()
+    worst = err.max().item() if err.numel() else 0.0
+    if not worst <= bound:  # also catches NaN
+        raise AssertionError(
+            f"{what}: max |out - golden| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e} "
+            f"(oracle in {out.dtype} is off by {(ref_lowp.double() - golden.double()).abs().max().item():.3e}), "
+            f"{_where(err.nan_to_num(nan=float('inf')))}"
+        )
+
+
+def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Boolean (T_out, T_in): entry (i, j) is True iff output token i has a non-zero
+    derivative with respect to input token j (x is (1, T, D), computed in float64)."""
+    x = x.detach().double().requires_grad_(True)
+    jac = torch.autograd.functional.jacobian(fn, x)  # (1, T, D, 1, T, D)
+    return jac.abs().sum(dim=(0, 2, 3, 5)) != 0

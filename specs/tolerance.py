@@ -1,0 +1,26 @@
+"""The numerical tolerance policy (DESIGN.md), in one place.
+
+    max|out - golden| <= FUDGE * max|ref_lowp - golden| + FLOOR[dtype] * max(1, max|golden|)
+
+golden is the oracle in float64, ref_lowp the oracle run in the tested dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FUDGE = 4.0
+FLOOR = {
+    torch.float64: 1e-12,
+    torch.float32: 2e-6,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+}
+
+
+def golden_bound(golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype) -> float:
+    """The largest error the policy allows for an output of ``dtype`` against ``golden``."""
+    golden = golden.detach().cpu().to(torch.float64)
+    ref_err = (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
+    scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
+    return FUDGE * ref_err + FLOOR[dtype] * scale
