@@ -1,0 +1,51 @@
+"""The oracle checked on cases whose answer follows from the formula by hand."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specs import REQUIREMENTS, load_requirements
+from specs.oracle import attention_oracle, mask_oracle, rope_oracle, visible_keys
+
+
+def test_visible_keys_follow_the_window_inequality():
+    # 4 queries over 6 keys: query i sits at position 2 + i; window 3 keeps pos-2..pos
+    assert visible_keys(0, 4, 6, window=3) == [0, 1, 2]
+    assert visible_keys(3, 4, 6, window=3) == [3, 4, 5]
+    assert visible_keys(3, 4, 6) == [0, 1, 2, 3, 4, 5]
+    assert visible_keys(0, 3, 2) == []  # position -1 sees nothing
+    assert mask_oracle(3, 3).sum().item() == 6
+
+
+def test_equal_scores_average_the_visible_values():
+    q = torch.zeros(1, 1, 3, 2, dtype=torch.float64)
+    k = torch.randn(1, 1, 3, 2, dtype=torch.float64)
+    v = torch.tensor([1.0, 2.0, 6.0], dtype=torch.float64).view(1, 1, 3, 1)
+    out, weights = attention_oracle(q, k, v)
+    assert out.flatten().tolist() == [1.0, 1.5, 3.0]
+    sinks = torch.zeros(1, dtype=torch.float64)  # a sink of logit 0 counts as one more key
+    out, weights = attention_oracle(q, k, v, sinks=sinks)
+    assert torch.allclose(out.flatten(), torch.tensor([0.5, 1.0, 2.25], dtype=torch.float64))
+    assert torch.allclose(weights[0, 0, 2].sum(), torch.tensor(0.75, dtype=torch.float64))
+
+
+def test_rope_rotates_the_first_pair_by_the_position():
+    x = torch.tensor([[1.0, 0.0]], dtype=torch.float64)  # d=2: one pair, theta_0 = 1
+    y = rope_oracle(x, [2])
+    assert torch.allclose(y, torch.tensor([[math.cos(2), math.sin(2)]], dtype=torch.float64))
+
+
+def test_catalogue_loads_and_ids_are_unique(tmp_path):
+    assert len(REQUIREMENTS) >= 30
+    assert all(r.statement and r.source and r.tolerance for r in REQUIREMENTS.values())
+    dup = tmp_path / "dup.toml"
+    row = '[[requirement]]\nid = "X-1"\nstatement = "s"\nsource = "s"\ntolerance = "exact"\n'
+    dup.write_text(row + row)
+    try:
+        load_requirements(dup)
+    except ValueError as e:
+        assert "duplicate" in str(e)
+    else:
+        raise AssertionError("a duplicate id was accepted")
