@@ -36,29 +36,21 @@ def check_attention_inputs(
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got q {q.device}, k {k.device}, v {v.device}")
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
-        raise ValueError(
-            f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+        raise ValueError(f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"k and v must agree in (B, Hkv, Tk): k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+        raise ValueError(f"k and v must agree in (B, Hkv, Tk): k {tuple(k.shape)}, v {tuple(v.shape)}")
     if q.shape[3] != k.shape[3]:
         raise ValueError(f"q and k head_dim differ: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if min(q.shape) < 1 or min(k.shape) < 1 or v.shape[3] < 1:
         raise ValueError(f"empty dimension: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     n_heads, n_kv_heads = q.shape[1], k.shape[1]
     if n_heads % n_kv_heads != 0:
-        raise ValueError(
-            f"query heads must be a multiple of KV heads: Hq={n_heads}, Hkv={n_kv_heads}"
-        )
+        raise ValueError(f"query heads must be a multiple of KV heads: Hq={n_heads}, Hkv={n_kv_heads}")
     if sinks is not None:
         if not isinstance(sinks, torch.Tensor):
             raise TypeError(f"sinks must be a torch.Tensor or None, got {type(sinks).__name__}")
         if sinks.shape != (n_heads,):
-            raise ValueError(
-                f"sinks must have shape (Hq,) = ({n_heads},), got {tuple(sinks.shape)}"
-            )
+            raise ValueError(f"sinks must have shape (Hq,) = ({n_heads},), got {tuple(sinks.shape)}")
         if sinks.device != q.device:
             raise ValueError(f"sinks on {sinks.device} but q on {q.device}")
 

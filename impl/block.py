@@ -1,13 +1,14 @@
 """The pre-norm decoder block of the source chapters, and a stack of them.
 
-    x = x + Attn(RMSNorm(x))     AttentionBlock: fused QKV (no bias), GQA, RoPE on Q and K,
-                                 per-head sinks, a sliding window on even layers
-    x = x + FFN(RMSNorm(x))      MLPBlock
+x = x + Attn(RMSNorm(x))     AttentionBlock: fused QKV (no bias), GQA, RoPE on Q and K,
+                             per-head sinks, a sliding window on even layers
+x = x + FFN(RMSNorm(x))      MLPBlock
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -77,9 +78,7 @@ class AttentionBlock(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0]."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
-            raise ValueError(
-                f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}"
-            )
+            raise ValueError(f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         cfg = self.config
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
@@ -87,7 +86,7 @@ class AttentionBlock(nn.Module):
         q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
         k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
-        attn = scaled_dot_product_attention(q, k, v, window=self.window, sinks=self.sinks)
+        attn = cast(torch.Tensor, scaled_dot_product_attention(q, k, v, window=self.window, sinks=self.sinks))
         return x + self.out(merge_heads(attn))
 
 

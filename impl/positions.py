@@ -74,7 +74,6 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(f"need seq_len >= 1 and offset >= 0, got {seq_len}, {offset}")
         if offset + seq_len > self.max_len:
             raise ValueError(
-                f"positions {offset}..{offset + seq_len - 1} exceed the learned table "
-                f"(T_max={self.max_len})"
+                f"positions {offset}..{offset + seq_len - 1} exceed the learned table (T_max={self.max_len})"
             )
         return self.table[offset : offset + seq_len]

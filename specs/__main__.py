@@ -39,7 +39,9 @@ def collect(paths: list[str]) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specs", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=["properties"], help="test paths (default: properties)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="list the test ids under each requirement")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="list the test ids under each requirement"
+    )
     args = parser.parse_args(argv)
 
     import contextlib
@@ -58,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             for name in names:
                 print(" " * 12 + name)
-    print(f"\n{len(REQUIREMENTS)} requirements, {len(REQUIREMENTS) - len(missing)} with tests, "
-          f"{sum(len(v) for v in tests.values())} test items")
+    print(
+        f"\n{len(REQUIREMENTS)} requirements, {len(REQUIREMENTS) - len(missing)} with tests, "
+        f"{sum(len(v) for v in tests.values())} test items"
+    )
     if missing:
         print(f"requirements without a test: {', '.join(missing)}", file=sys.stderr)
     if unknown:

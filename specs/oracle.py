@@ -72,7 +72,9 @@ def attention_oracle(
     return out, weights
 
 
-def rope_oracle(x: torch.Tensor, positions: list[int], base: float = 10000.0, dtype: torch.dtype = GOLDEN) -> torch.Tensor:
+def rope_oracle(
+    x: torch.Tensor, positions: list[int], base: float = 10000.0, dtype: torch.dtype = GOLDEN
+) -> torch.Tensor:
     """Rotate each half-split pair (x_i, x_(i+d/2)) of x (..., T, d) by p * base^(-2i/d)."""
     x = x.detach().cpu().to(dtype)
     d = x.shape[-1]
@@ -99,7 +101,9 @@ def sinusoidal_oracle(seq_len: int, d_model: int) -> torch.Tensor:
     return pe
 
 
-def rms_norm_oracle(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype = GOLDEN) -> torch.Tensor:
+def rms_norm_oracle(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype = GOLDEN
+) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) * weight over the last axis."""
     x, weight = x.detach().cpu().to(dtype), weight.detach().cpu().to(dtype)
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight

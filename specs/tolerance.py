@@ -21,6 +21,8 @@ FLOOR = {
 def golden_bound(golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype) -> float:
     """The largest error the policy allows for an output of ``dtype`` against ``golden``."""
     golden = golden.detach().cpu().to(torch.float64)
-    ref_err = (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
+    ref_err = (
+        (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
+    )
     scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
     return FUDGE * ref_err + FLOOR[dtype] * scale
