@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The properties run many tiny ops (Jacobians are T small backward passes): torch's intra-op
+    # thread pool only adds overhead there, and on a loaded 2-core machine made them 10-100x slower.
+    torch.set_num_threads(1)
     device = config.getoption("--device")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")

@@ -35,7 +35,9 @@ class AttnCase:
         """(q, k, v, sinks) on ``device`` in ``dtype``; sinks is None unless use_sinks."""
         gen = torch.Generator().manual_seed(self.seed)
         q = torch.randn(self.batch, self.n_heads, self.tq, self.head_dim, generator=gen, dtype=torch.float64)
-        k = torch.randn(self.batch, self.n_kv_heads, self.tk, self.head_dim, generator=gen, dtype=torch.float64)
+        k = torch.randn(
+            self.batch, self.n_kv_heads, self.tk, self.head_dim, generator=gen, dtype=torch.float64
+        )
         v = torch.randn(self.batch, self.n_kv_heads, self.tk, self.dv, generator=gen, dtype=torch.float64)
         sinks = torch.randn(self.n_heads, generator=gen, dtype=torch.float64) * 2 if self.use_sinks else None
         q, k = q * self.magnitude, k * self.magnitude
@@ -51,6 +53,19 @@ class AttnCase:
 
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+def seeded_randn(
+    seed: int, *shape: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """Standard-normal noise of ``shape`` drawn in float64 from ``seed`` (the same on every device)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+def noise_like(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """seeded_randn with the shape, device and dtype of ``t``."""
+    return seeded_randn(seed, *t.shape, device=t.device, dtype=t.dtype)
 
 
 @st.composite
@@ -85,7 +100,9 @@ def attn_cases(
     window = draw(st.one_of(st.none(), st.integers(1, tk + 2))) if windows else None
     use_sinks = draw(st.booleans()) if sinks else False
     magnitude = draw(st.sampled_from([1.0, 0.1, 3.0]))
-    return AttnCase(batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds), magnitude)
+    return AttnCase(
+        batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds), magnitude
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,9 @@ class BlockCase:
 
 
 @st.composite
-def block_cases(draw: st.DrawFn, *, max_seq: int = 10, max_layers: int = 3, sinks: bool | None = None) -> BlockCase:
+def block_cases(
+    draw: st.DrawFn, *, max_seq: int = 10, max_layers: int = 3, sinks: bool | None = None
+) -> BlockCase:
     """A tiny block or stack configuration (Hq != Hkv often, T != d) and an input."""
     n_kv_heads = draw(st.integers(1, 2))
     n_heads = n_kv_heads * draw(st.integers(1, 3))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
+from specs.oracle import attention_block_oracle
 from specs.tolerance import golden_bound
 
 
@@ -43,18 +45,17 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, **kwar
     torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}", **kwargs)
 
 
-def assert_golden(
-    out: torch.Tensor, golden: torch.Tensor, ref_lowp: torch.Tensor, what: str
-) -> None:
+def assert_golden(out: torch.Tensor, golden: torch.Tensor, ref_lowp: torch.Tensor, what: str) -> None:
     """The tolerance policy: max|out - golden| <= FUDGE*max|ref_lowp - golden| + floor."""
     assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != golden {tuple(golden.shape)}"
     bound = golden_bound(golden, ref_lowp, out.dtype)
     err = (out.detach().cpu().double() - golden.double()).abs()
     worst = err.max().item() if err.numel() else 0.0
     if not worst <= bound:  # also catches NaN
+        ref_err = (ref_lowp.double() - golden.double()).abs().max().item()
         raise AssertionError(
             f"{what}: max |out - golden| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e} "
-            f"(oracle in {out.dtype} is off by {(ref_lowp.double() - golden.double()).abs().max().item():.3e}), "
+            f"(oracle in {out.dtype} is off by {ref_err:.3e}), "
             f"{_where(err.nan_to_num(nan=float('inf')))}"
         )
 
@@ -65,3 +66,42 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
     x = x.detach().double().requires_grad_(True)
     jac = torch.autograd.functional.jacobian(fn, x)  # (1, T, D, 1, T, D)
     return jac.abs().sum(dim=(0, 2, 3, 5)) != 0
+
+
+def dot_products(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Unscaled q.k in float64, (B, Hq, Tq, Tk): query head h reads KV head h // (Hq/Hkv)."""
+    group = q.shape[1] // k.shape[1]
+    kv_head = torch.arange(q.shape[1], device=k.device) // group
+    return q.double() @ k.double()[:, kv_head].transpose(-2, -1)
+
+
+def sink_probability(q, k, sinks, allowed, scale=None) -> torch.Tensor:
+    """p_sink = e^s / (e^s + sum over visible j of e^score_j), (B, Hq, Tq) in float64 on the CPU;
+    zero everywhere when there are no sinks."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (dot_products(q, k) * scale).cpu()
+    if sinks is None:
+        return torch.zeros(scores.shape[:-1], dtype=torch.float64)
+    scores = scores.masked_fill(~allowed, -math.inf)
+    sink = sinks.detach().double().cpu().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.exp(sink[..., 0] - torch.logsumexp(torch.cat([scores, sink], dim=-1), dim=-1))
+
+
+def block_oracle(block, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """specs.oracle.attention_block_oracle fed an AttentionBlock's own weights and window."""
+    cfg = block.config
+    return attention_block_oracle(
+        x,
+        norm_weight=block.norm.weight,
+        eps=cfg.norm_eps,
+        w_qkv=block.qkv.weight,
+        w_out=block.out.weight,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        window=block.window,
+        sinks=block.sinks,
+        offset=offset,
+        base=cfg.rope_base,
+        dtype=dtype,
+    )

@@ -1,0 +1,408 @@
+"""The attention core: softmax(Q K^T * scale + M, sink) V with GQA, windows and sinks.
+
+Laws of the weights (ATTN-1, -2, -3, -6), agreement with the float64 oracle and with torch's
+own SDPA (ATTN-4, -5), symmetries and independences (ATTN-7, -8, -9), shapes (ATTN-10) and
+gradients (GRAD-1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from impl import scaled_dot_product_attention as sdpa
+from properties.hypothesis_helpers import (
+    LOW_PRECISION,
+    AttnCase,
+    attn_cases,
+    low_precision_dtypes,
+    noise_like,
+    seeds,
+)
+from properties.pytest_helpers import (
+    assert_close,
+    assert_exactly_equal,
+    assert_exactly_zero,
+    assert_golden,
+    dot_products,
+    sink_probability,
+)
+from specs.oracle import attention_oracle, mask_oracle
+
+FULL_PRECISION = (torch.float64, torch.float32)
+
+# --- local helpers -------------------------------------------------------------------------
+
+
+@functools.cache
+def _lowp(device: torch.device) -> tuple[torch.dtype, ...]:
+    return tuple(low_precision_dtypes(device))
+
+
+def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
+    """Skip a low-precision parametrisation that the device cannot run."""
+    if dtype in LOW_PRECISION and dtype not in _lowp(device):
+        pytest.skip(f"{dtype} matmul does not run on {device}")
+
+
+def dtypes_for(device: torch.device) -> list[torch.dtype]:
+    return [*FULL_PRECISION, *_lowp(device)]
+
+
+@st.composite
+def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
+    """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
+    can see no key at all."""
+    case = draw(attn_cases(max_t=max_t))
+    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
+
+
+def bottom_right_mask(tq: int, tk: int, causal: bool, window: int | None, device) -> torch.Tensor:
+    """Bool (Tq, Tk) 'may attend' mask built from tril/triu diagonals (independent of impl and
+    of the oracle): key j is allowed iff j - i <= Tk - Tq, and with a window also
+    j - i >= Tk - Tq - W + 1."""
+    allowed = torch.ones(tq, tk, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed.tril(diagonal=tk - tq)
+        if window is not None:
+            allowed = allowed.triu(diagonal=tk - tq - window + 1)
+    return allowed
+
+
+def torch_sdpa_reference(q, k, v, *, causal=True, window=None, sinks=None, scale=None) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention with the project's conventions: an
+    explicit bottom-right bool mask, enable_gqa, and sinks as one extra zero key/value whose
+    float-mask column holds the sink logit (the zero key scores 0, so the logit is the sink)."""
+    batch, n_heads, tq, d = q.shape
+    n_kv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    allowed = bottom_right_mask(tq, tk, causal, window, q.device)
+    if sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
+    k = torch.cat([k, k.new_zeros(batch, n_kv, 1, d)], dim=2)
+    v = torch.cat([v, v.new_zeros(batch, n_kv, 1, dv)], dim=2)
+    mask = torch.zeros(1, n_heads, tq, tk + 1, dtype=q.dtype, device=q.device)
+    mask[..., :tk] = mask[..., :tk].masked_fill(~allowed, -math.inf)
+    mask[..., tk] = sinks.to(q.dtype).view(n_heads, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+# --- ATTN-1: weights are a distribution (with the sink column) -----------------------------
+
+
+@pytest.mark.req("ATTN-1")
+@given(case=st.one_of(attn_cases(max_t=8), blind_query_cases()), dtype=st.sampled_from(FULL_PRECISION))
+def test_weights_and_sink_sum_to_one(case, dtype, device):
+    q, k, v, sinks = case.make(device, dtype)
+    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    assert not bool(torch.isnan(w).any()), "NaN in the attention weights"
+    assert bool((w >= 0).all()), f"negative attention weight {w.min().item():.3e}"
+
+    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    p_sink = sink_probability(q, k, sinks, allowed)
+    total = w.double().sum(dim=-1).cpu() + p_sink  # (B, Hq, Tq)
+    live = allowed.any(dim=-1) | (sinks is not None)  # rows that see a key or a sink
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    err = (total[..., live] - 1).abs()
+    worst = err.max().item() if err.numel() else 0.0
+    assert worst <= tol, f"real weights + p_sink differ from 1 by {worst:.3e} (> {tol:g}) in {dtype}"
+    assert_exactly_zero(w[..., ~live, :], "weights of rows that see neither a key nor a sink")
+
+
+# --- ATTN-2: masked weights are exactly zero ------------------------------------------------
+
+
+@pytest.mark.req("ATTN-2")
+@given(case=attn_cases(), data=st.data())
+def test_masked_weights_are_exactly_zero(case, data, device):
+    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    q, k, v, sinks = case.make(device, dtype)
+    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
+    what = f"weights on future / out-of-window keys (W={case.window}, {dtype})"
+    assert_exactly_zero(w[:, :, ~allowed], what)
+
+
+@pytest.mark.req("ATTN-2", "MASK-1", "MASK-2")
+@given(case=attn_cases())
+def test_weight_support_is_exactly_the_mask(case, device):
+    # In float64 no visible weight underflows for these magnitudes, so the non-zero pattern of
+    # the weights must be the oracle's mask: masking too little and too much both fail.
+    q, k, v, sinks = case.make(device, torch.float64)
+    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    support = (w != 0).cpu()
+    assert_exactly_equal(support, allowed.expand_as(support), f"support of the weights (W={case.window})")
+
+
+# --- ATTN-3: queries that see no key ----------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-3")
+@given(case=blind_query_cases(), data=st.data())
+def test_blind_queries_give_exact_zero_not_nan(case, data, device):
+    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    q, k, v, sinks = case.make(device, dtype)
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    assert not bool(torch.isnan(out).any() or torch.isnan(w).any()), "NaN with fully masked rows"
+    blind = case.tq - case.tk  # queries 0 .. blind-1 sit at negative positions
+    assert_exactly_zero(out[:, :, :blind], f"output of the {blind} queries that see no key")
+    assert_exactly_zero(w[:, :, :blind], f"weights of the {blind} queries that see no key")
+    assert bool(torch.isfinite(out[:, :, blind:]).all()), "non-finite output on rows that see keys"
+
+
+@pytest.mark.req("ATTN-3")
+@given(case=blind_query_cases(max_t=6), dtype=st.sampled_from(FULL_PRECISION), seed=seeds)
+def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
+    q, k, v, sinks = (t if t is None else t.requires_grad_(True) for t in case.make(device, dtype))
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    out.backward(noise_like(out, seed))
+    for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+        if t is not None:
+            assert t.grad is not None, f"no gradient reached {name}"
+            assert bool(torch.isfinite(t.grad).all()), f"non-finite gradient for {name}, fully masked rows"
+    blind = case.tq - case.tk
+    assert_exactly_zero(q.grad[:, :, :blind], "gradient of the queries that see no key (output constant 0)")
+
+
+# --- ATTN-4: the float64 oracle ---------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-4")
+@pytest.mark.parametrize("dtype", [*FULL_PRECISION, *LOW_PRECISION], ids=str)
+@given(
+    case=st.one_of(attn_cases(max_t=8), blind_query_cases(max_t=6)),
+    causal=st.booleans(),
+    scale=st.one_of(st.none(), st.floats(0.1, 2.0)),
+)
+def test_matches_the_oracle(dtype, case, causal, scale, device):
+    require_dtype(dtype, device)
+    if not causal:
+        case = replace(case, window=None)
+    q, k, v, sinks = case.make(device, dtype)
+    kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
+    out, w = sdpa(q, k, v, return_weights=True, **kwargs)
+    golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 from the same (rounded) inputs
+    if dtype == torch.float64:
+        ref_out, ref_w = golden_out, golden_w
+    else:
+        ref_out, ref_w = attention_oracle(q, k, v, dtype=dtype, **kwargs)
+    assert out.dtype == dtype, f"output dtype {out.dtype} for {dtype} inputs"
+    what = f"vs the oracle ({dtype}, causal={causal}, W={case.window}, scale={scale})"
+    assert_golden(out, golden_out, ref_out, f"output {what}")
+    assert_golden(w, golden_w, ref_w, f"weights {what}")
+
+
+# --- ATTN-5: torch's own SDPA -----------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-5")
+@pytest.mark.parametrize("dtype", [*FULL_PRECISION, *LOW_PRECISION], ids=str)
+@given(case=attn_cases(), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.1, 2.0)))
+def test_matches_torch_sdpa(dtype, case, causal, scale, device):
+    require_dtype(dtype, device)
+    if not causal:
+        case = replace(case, window=None)
+    q, k, v, sinks = case.make(device, dtype)
+    kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
+    out = sdpa(q, k, v, **kwargs)
+    up = [None if t is None else t.double() for t in (q, k, v, sinks)]
+    golden = torch_sdpa_reference(
+        up[0], up[1], up[2], causal=causal, window=case.window, sinks=up[3], scale=scale
+    )
+    ref = golden if dtype == torch.float64 else torch_sdpa_reference(q, k, v, **kwargs)
+    assert_golden(out, golden, ref, f"output vs torch SDPA ({dtype}, causal={causal}, W={case.window})")
+
+
+# --- ATTN-6: the scale ------------------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-6")
+@given(case=attn_cases(), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 1.0)))
+def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, device):
+    if not causal:
+        case = replace(case, window=None)
+    q, k, v, sinks = case.make(device, torch.float64)
+    _, w = sdpa(q, k, v, causal=causal, window=case.window, sinks=sinks, scale=scale, return_weights=True)
+    expected_scale = 1.0 / math.sqrt(case.head_dim) if scale is None else scale
+    # Reference key: the query's own position Tk - Tq + i, visible under every mask.
+    own = torch.arange(case.tk - case.tq, case.tk, device=device).view(1, 1, -1, 1)
+    dots = dot_products(q, k)
+    log_w = torch.log(w)
+    lhs = log_w - log_w.gather(-1, own.expand(*w.shape[:-1], 1))
+    rhs = (dots - dots.gather(-1, own.expand(*dots.shape[:-1], 1))) * expected_scale
+    allowed = mask_oracle(case.tq, case.tk, causal=causal, window=case.window).to(device)
+    err = (lhs - rhs)[:, :, allowed].abs()
+    worst = err.max().item()
+    assert worst <= 1e-9, (
+        f"log w_j - log w_own differs from (q.k_j - q.k_own)*{expected_scale:.6g} by {worst:.3e} "
+        f"(scale={'default 1/sqrt(d)' if scale is None else scale})"
+    )
+
+
+@pytest.mark.req("ATTN-6")
+@pytest.mark.parametrize("head_dim", [16, 64, 256])
+def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
+    # N independent heads, each one query over two keys: D = log w_1 - log w_0 = s_1 - s_0.
+    # With the 1/sqrt(d) scale each score has variance 1, so Var(D) = 2.  The sample variance
+    # of N iid D's has relative standard deviation sqrt((2 + 6/d) / N) (D's excess kurtosis
+    # is 6/d); the bound is 5 of those, on a fixed seed: deterministic, no flakes.
+    n = 4096
+    gen = torch.Generator().manual_seed(20240611 + head_dim)
+    q = torch.randn(1, n, 1, head_dim, generator=gen, dtype=torch.float64).to(device)
+    k = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device)
+    v = torch.zeros(1, n, 2, 1, dtype=torch.float64, device=device)
+    _, w = sdpa(q, k, v, causal=False, return_weights=True)
+    diff = (torch.log(w[..., 1]) - torch.log(w[..., 0])).flatten().cpu()
+    per_score_variance = diff.var().item() / 2
+    bound = 5 * math.sqrt((2 + 6 / head_dim) / n)
+    assert abs(per_score_variance - 1) <= bound, (
+        f"d={head_dim}: recovered scores have variance {per_score_variance:.4f}, expected 1 +- {bound:.3f} "
+        f"(variance d={head_dim} means no scale, 1/d means scaled by 1/d)"
+    )
+
+
+# --- ATTN-7: permutation symmetries without a mask --------------------------------------------
+
+
+@pytest.mark.req("ATTN-7")
+@given(case=attn_cases(windows=False), seed=seeds)
+def test_permuting_keys_and_values_together_changes_nothing(case, seed, device):
+    q, k, v, sinks = case.make(device, torch.float64)
+    perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(seed)).to(device)
+    out, w = sdpa(q, k, v, causal=False, sinks=sinks, return_weights=True)
+    out_p, w_p = sdpa(q, k[:, :, perm], v[:, :, perm], causal=False, sinks=sinks, return_weights=True)
+    assert_close(out_p, out, f"output after permuting keys+values by {perm.tolist()}")
+    assert_close(w_p, w[..., perm], f"weights after permuting keys+values by {perm.tolist()}")
+
+
+@pytest.mark.req("ATTN-7")
+@given(case=attn_cases(windows=False), seed=seeds)
+def test_permuting_queries_permutes_output_rows(case, seed, device):
+    q, k, v, sinks = case.make(device, torch.float64)
+    perm = torch.randperm(case.tq, generator=torch.Generator().manual_seed(seed)).to(device)
+    out = sdpa(q, k, v, causal=False, sinks=sinks)
+    out_p = sdpa(q[:, :, perm], k, v, causal=False, sinks=sinks)
+    assert_close(out_p, out[:, :, perm], f"output rows after permuting queries by {perm.tolist()}")
+
+
+# --- ATTN-8: batch independence ---------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-8")
+@given(
+    case=attn_cases(),
+    which=st.sampled_from(["q", "k", "v", "qkv"]),
+    seed=seeds,
+    dtype=st.sampled_from(FULL_PRECISION),
+    data=st.data(),
+)
+def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
+    case = replace(case, batch=max(case.batch, 2))
+    b = data.draw(st.integers(0, case.batch - 1), label="changed batch element")
+    q, k, v, sinks = case.make(device, dtype)
+    changed = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
+    for n, name in enumerate("qkv"):
+        if name in which:
+            changed[name][b] = noise_like(changed[name][b], seed + n)
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    q2, k2, v2 = changed["q"], changed["k"], changed["v"]
+    out2, w2 = sdpa(q2, k2, v2, window=case.window, sinks=sinks, return_weights=True)
+    others = [i for i in range(case.batch) if i != b]
+    what = f"batch elements {others} after changing {which}[{b}]"
+    assert_exactly_equal(out2[others], out[others], f"outputs of {what}")
+    assert_exactly_equal(w2[others], w[others], f"weights of {what}")
+
+
+# --- ATTN-9: prefix invariance ----------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-9")
+@given(
+    case=attn_cases(self_attention=True, min_tq=2),
+    which=st.sampled_from(["q", "k", "v", "qkv"]),
+    seed=seeds,
+    data=st.data(),
+)
+def test_future_positions_do_not_change_the_prefix(case, which, seed, data, device):
+    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    t = data.draw(st.integers(0, case.tq - 2), label="last unchanged position t")
+    q, k, v, sinks = case.make(device, dtype)
+    changed = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
+    for n, name in enumerate("qkv"):
+        if name in which:
+            changed[name][:, :, t + 1 :] = noise_like(changed[name][:, :, t + 1 :], seed + n) * 3
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    q2, k2, v2 = changed["q"], changed["k"], changed["v"]
+    out2, w2 = sdpa(q2, k2, v2, window=case.window, sinks=sinks, return_weights=True)
+    what = f"positions <= {t} after changing {which} at positions > {t} (W={case.window}, {dtype})"
+    assert_exactly_equal(out2[:, :, : t + 1], out[:, :, : t + 1], f"outputs at {what}")
+    assert_exactly_equal(w2[:, :, : t + 1], w[:, :, : t + 1], f"weights at {what}")
+
+
+# --- ATTN-10: shapes --------------------------------------------------------------------------
+
+
+@pytest.mark.req("ATTN-10")
+@given(case=attn_cases(distinct=True), data=st.data())
+def test_output_and_weight_shapes(case, data, device):
+    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    q, k, v, sinks = case.make(device, dtype)
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    out_w, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    expected_out = (case.batch, case.n_heads, case.tq, case.dv)
+    expected_w = (case.batch, case.n_heads, case.tq, case.tk)
+    assert isinstance(out, torch.Tensor), f"without return_weights the result is a {type(out).__name__}"
+    assert tuple(out.shape) == expected_out, f"output shape {tuple(out.shape)}, (B,Hq,Tq,dv)={expected_out}"
+    assert tuple(out_w.shape) == expected_out, f"output shape {tuple(out_w.shape)} with return_weights"
+    assert tuple(w.shape) == expected_w, f"weights shape {tuple(w.shape)}, expected (B,Hq,Tq,Tk)={expected_w}"
+    for name, t in (("output", out), ("weights", w)):
+        assert t.dtype == dtype, f"{name} dtype {t.dtype} for {dtype} inputs"
+        assert t.device == q.device, f"{name} on {t.device}, inputs on {q.device}"
+
+
+# --- GRAD-1: gradients of the core ------------------------------------------------------------
+
+
+@pytest.mark.req("GRAD-1")
+@example(seed=0, window=2, tq=6, use_sinks=True, scale=None)  # window + GQA + sinks + blind queries
+@given(
+    seed=seeds,
+    window=st.one_of(st.none(), st.integers(1, 4)),
+    tq=st.integers(1, 6),
+    use_sinks=st.booleans(),
+    scale=st.one_of(st.none(), st.floats(0.2, 1.5)),
+)
+def test_gradcheck_attention_core(seed, window, tq, use_sinks, scale, device):
+    # GQA (4 query heads on 2 KV heads), Tk = 4 so tq > 4 adds queries that see no key.
+    case = AttnCase(
+        batch=1,
+        n_heads=4,
+        n_kv_heads=2,
+        tq=tq,
+        tk=4,
+        head_dim=3,
+        dv=2,
+        window=window,
+        use_sinks=True,
+        seed=seed,
+    )
+    q, k, v, sinks = (t.requires_grad_(True) for t in case.make(device, torch.float64))
+    if use_sinks:
+        inputs = (q, k, v, sinks)
+
+        def fn(q, k, v, sinks):
+            return sdpa(q, k, v, window=window, sinks=sinks, scale=scale, return_weights=True)
+    else:
+        inputs = (q, k, v)
+
+        def fn(q, k, v):
+            return sdpa(q, k, v, window=window, scale=scale, return_weights=True)
+
+    assert torch.autograd.gradcheck(fn, inputs), "gradcheck failed"

@@ -1,0 +1,336 @@
+"""The pre-norm decoder block and the stack: BLOCK-1..5, the layer schedule (MASK-4), ERR-2.
+
+x = x + out(attn(RoPE(q), RoPE(k), v)) over RMSNorm(x)      AttentionBlock
+x = x + FFN(RMSNorm(x))                                     MLPBlock
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
+from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
+from properties.pytest_helpers import (
+    assert_close,
+    assert_exactly_equal,
+    assert_exactly_zero,
+    assert_golden,
+    block_oracle,
+)
+from specs.oracle import ffn_oracle, rms_norm_oracle
+
+float_dtypes = st.sampled_from([torch.float64, torch.float32])
+MODULE_KINDS = ("attention", "transformer", "stack")
+
+
+def _build(kind: str, case: BlockCase, layer_idx: int, device, dtype) -> torch.nn.Module:
+    """One of the block-level modules, with seeded random parameters (sinks and gains too)."""
+    cfg = case.config()
+    module = {
+        "attention": lambda: AttentionBlock(cfg, layer_idx),
+        "transformer": lambda: TransformerBlock(cfg, layer_idx),
+        "stack": lambda: TransformerStack(cfg),
+        "mlp": lambda: MLPBlock(cfg),
+    }[kind]()
+    return randomize_(module.to(device=device, dtype=dtype), case.seed + 1)
+
+
+def _fresh(like: torch.Tensor, seed: int) -> torch.Tensor:
+    """New seeded standard-normal values with the shape, dtype and device of ``like``."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(like.shape, generator=gen, dtype=torch.float64).to(like)
+
+
+def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(T,) boolean: token t's output differs somewhere (any batch element, any feature)."""
+    return (a != b).any(dim=-1).any(dim=0)
+
+
+# --------------------------------------------------------------------------- BLOCK-1
+
+
+@pytest.mark.req("BLOCK-1")
+@given(
+    case=block_cases(),
+    layer_idx=st.integers(0, 3),
+    offset=st.sampled_from([0, 0, 1, 5, 300]),
+    dtype=float_dtypes,
+)
+def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offset, dtype):
+    block = _build("attention", case, layer_idx, device, dtype)
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        out = block(x, offset=offset)
+    assert out.dtype == dtype
+    golden = block_oracle(block, x, offset)
+    ref_lowp = block_oracle(block, x, offset, dtype=dtype)
+    assert_golden(out, golden, ref_lowp, f"AttentionBlock(layer {layer_idx}, offset {offset}) vs oracle")
+
+
+def _mlp_oracle(mlp: MLPBlock, x: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+    """x + FFN(RMSNorm(x)) from the oracle's norm and FFN, fed the block's own weights."""
+    ffn = mlp.ffn
+    w3 = ffn.w3.weight if ffn.w3 is not None else None
+    normed = rms_norm_oracle(x, mlp.norm.weight, mlp.norm.eps, dtype=dtype)
+    branch = ffn_oracle(normed, ffn.w1.weight, ffn.w2.weight, w3, ffn.activation, dtype)
+    return x.detach().cpu().to(dtype) + branch
+
+
+@pytest.mark.req("BLOCK-1", "FFN-1", "NORM-1")
+@given(case=block_cases(), dtype=float_dtypes)
+def test_mlp_block_is_pre_norm_with_a_residual(device, case, dtype):
+    mlp = _build("mlp", case, 0, device, dtype)
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        out = mlp(x)
+    what = f"MLPBlock({case.activation}) vs oracle"
+    assert_golden(out, _mlp_oracle(mlp, x), _mlp_oracle(mlp, x, dtype), what)
+
+
+@pytest.mark.req("BLOCK-1")
+@given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.sampled_from([0, 3]), dtype=float_dtypes)
+def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset, dtype):
+    block = _build("transformer", case, layer_idx, device, dtype)
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        out = block(x, offset)
+    golden = _mlp_oracle(block.mlp, block_oracle(block.attn, x, offset))
+    ref_lowp = _mlp_oracle(block.mlp, block_oracle(block.attn, x, offset, dtype), dtype)
+    assert_golden(out, golden, ref_lowp, f"TransformerBlock(layer {layer_idx}) vs oracle attention then MLP")
+
+
+# --------------------------------------------------------------------------- BLOCK-2
+
+
+@pytest.mark.req("BLOCK-2")
+@given(case=block_cases(), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes)
+def test_zeroed_out_projection_makes_the_attention_block_the_identity(device, case, layer_idx, offset, dtype):
+    block = _build("attention", case, layer_idx, device, dtype)
+    with torch.no_grad():
+        block.out.weight.zero_()
+        x = case.input(device, dtype)
+        assert_exactly_equal(block(x, offset=offset), x, "AttentionBlock with out.weight = 0")
+
+
+@pytest.mark.req("BLOCK-2")
+@given(case=block_cases(), dtype=float_dtypes)
+def test_zeroed_ffn_output_weights_make_the_mlp_block_the_identity(device, case, dtype):
+    block = _build("mlp", case, 0, device, dtype)
+    with torch.no_grad():
+        block.ffn.w2.weight.zero_()
+        x = case.input(device, dtype)
+        assert_exactly_equal(block(x), x, f"MLPBlock({case.activation}) with ffn.w2.weight = 0")
+
+
+# --------------------------------------------------------------------------- BLOCK-3
+
+
+@pytest.mark.req("BLOCK-3")
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+@given(
+    case=block_cases().filter(lambda c: c.seq >= 2),
+    layer_idx=st.integers(0, 1),
+    offset=st.integers(0, 20),
+    dtype=float_dtypes,
+    data=st.data(),
+)
+def test_future_tokens_never_change_earlier_outputs(device, kind, case, layer_idx, offset, dtype, data):
+    t = data.draw(st.integers(0, case.seq - 2), label="t")
+    module = _build(kind, case, layer_idx, device, dtype)
+    x = case.input(device, dtype)
+    x_new = x.clone()
+    x_new[:, t + 1 :] = _fresh(x[:, t + 1 :], case.seed + 2)
+    with torch.no_grad():
+        out, out_new = module(x, offset), module(x_new, offset)
+    what = f"{kind}: outputs 0..{t} after changing later tokens"
+    assert_exactly_equal(out_new[:, : t + 1], out[:, : t + 1], what)
+    assert _rows_differ(out_new, out)[t + 1 :].all(), "the perturbed tokens' own outputs should change"
+
+
+# --------------------------------------------------------------------------- BLOCK-4
+
+
+@pytest.mark.req("BLOCK-4")
+@given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.integers(0, 20), dtype=float_dtypes)
+def test_every_block_maps_btd_to_btd(device, case, layer_idx, offset, dtype):
+    assume(case.seq != case.d_model and case.n_heads != case.n_kv_heads)
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        outs = {
+            "MLPBlock": _build("mlp", case, layer_idx, device, dtype)(x),
+            "AttentionBlock": _build("attention", case, layer_idx, device, dtype)(x, offset),
+            "TransformerBlock": _build("transformer", case, layer_idx, device, dtype)(x, offset),
+            "TransformerStack": _build("stack", case, layer_idx, device, dtype)(x, offset),
+        }
+    for name, out in outs.items():
+        assert out.shape == x.shape, f"{name} maps {tuple(x.shape)} to {tuple(out.shape)}"
+        assert out.dtype == dtype and out.device == x.device, f"{name}: {out.dtype} on {out.device}"
+        assert torch.isfinite(out).all(), f"{name} produced non-finite values"
+
+
+# --------------------------------------------------------------------------- BLOCK-5
+
+
+@pytest.mark.req("BLOCK-5")
+@given(case=block_cases(), layer_idx=st.integers(0, 3))
+def test_sinks_are_zero_initialised_per_head_parameters(device, case, layer_idx):
+    cfg = replace(case.config(), use_sinks=True)
+    block = AttentionBlock(cfg, layer_idx).to(device)
+    assert isinstance(block.sinks, torch.nn.Parameter) and block.sinks.requires_grad
+    assert block.sinks.shape == (cfg.n_heads,)
+    assert_exactly_zero(block.sinks.detach(), "freshly built sinks")
+    assert any(p is block.sinks for p in block.parameters()), "sinks are not a registered parameter"
+    no_sinks = AttentionBlock(replace(cfg, use_sinks=False), layer_idx)
+    assert no_sinks.sinks is None
+    assert "sinks" not in dict(no_sinks.named_parameters())
+
+
+@pytest.mark.req("BLOCK-5")
+@given(case=block_cases(sinks=True), layer_idx=st.integers(0, 1), data=st.data())
+def test_block_sinks_reach_the_softmax(device, case, layer_idx, data):
+    """A large sink on one head changes the output; huge sinks on every head silence attention."""
+    head = data.draw(st.integers(0, case.n_heads - 1), label="head")
+    block = _build("attention", case, layer_idx, device, torch.float64)
+    x = case.input(device, torch.float64)
+    with torch.no_grad():
+        before = block(x)
+        block.sinks[head] = 10.0
+        after = block(x)
+        assert not torch.equal(after, before), f"setting sink[{head}] = 10 left the block output unchanged"
+        block.sinks.fill_(1000.0)  # every real weight becomes exp(score - 1000) = 0
+        assert_exactly_equal(block(x), x, "AttentionBlock with every sink at 1000")
+
+
+@pytest.mark.req("BLOCK-5", "SINK-1")
+@given(
+    case=block_cases(sinks=True), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes
+)
+def test_minus_infinite_sinks_equal_a_block_without_sinks(device, case, layer_idx, offset, dtype):
+    with_sinks = _build("attention", case, layer_idx, device, dtype)
+    without = AttentionBlock(replace(case.config(), use_sinks=False), layer_idx)
+    without = without.to(device=device, dtype=dtype)
+    state = {name: p for name, p in with_sinks.state_dict().items() if name != "sinks"}
+    without.load_state_dict(state)
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        with_sinks.sinks.fill_(float("-inf"))
+        assert_close(with_sinks(x, offset), without(x, offset), "sinks = -inf vs use_sinks=False")
+
+
+# --------------------------------------------------------------------------- ERR-2
+
+VALID = {"d_model": 8, "n_heads": 4, "n_kv_heads": 2, "head_dim": 4, "n_layers": 2, "window": 3}
+
+
+@pytest.mark.req("ERR-2")
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"n_heads": 3, "n_kv_heads": 2},
+        {"n_heads": 2, "n_kv_heads": 4},
+        {"head_dim": 3},
+        {"head_dim": 5},
+        {"window": 0},
+        {"window": -2},
+        {"d_model": 0},
+        {"n_heads": 0},
+        {"n_kv_heads": 0},
+        {"head_dim": 0},
+        {"n_layers": 0},
+        {"d_model": -8},
+        {"n_layers": -1},
+        {"ffn_hidden": 0},
+        {"window_layers": "odd"},
+        {"window_layers": "none"},
+        {"activation": "tanh"},
+        {"activation": "SwiGLU"},
+    ],
+    ids=lambda bad: ",".join(f"{k}={v}" for k, v in bad.items()),
+)
+def test_model_config_rejects_bad_settings(bad):
+    ModelConfig(**VALID)  # the base is valid: the override alone is at fault
+    with pytest.raises(ValueError):
+        ModelConfig(**{**VALID, **bad})
+
+
+@pytest.mark.req("ERR-2")
+@given(n_heads=st.integers(1, 12), n_kv_heads=st.integers(1, 12), half=st.integers(1, 4), odd=st.booleans())
+def test_model_config_checks_head_counts_and_head_dim(n_heads, n_kv_heads, half, odd):
+    head_dim = 2 * half + (1 if odd else 0)
+    kwargs = {**VALID, "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": head_dim}
+    if n_heads % n_kv_heads != 0:
+        with pytest.raises(ValueError, match="n_kv_heads"):
+            ModelConfig(**kwargs)
+    elif odd:
+        with pytest.raises(ValueError, match="head_dim"):
+            ModelConfig(**kwargs)
+    else:
+        AttentionBlock(ModelConfig(**kwargs))  # builds
+
+
+@pytest.mark.req("ERR-2")
+@given(
+    name=st.sampled_from(["d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "window"]),
+    value=st.integers(-5, 0),
+)
+def test_model_config_rejects_non_positive_sizes(name, value):
+    with pytest.raises(ValueError, match=name):
+        ModelConfig(**{**VALID, name: value})
+
+
+@pytest.mark.req("ERR-2", "BLOCK-4")
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+@pytest.mark.parametrize("shape", [(5, 8), (1, 5, 9), (1, 5, 7), (1, 5, 8, 1), (8,)])
+def test_blocks_reject_inputs_of_the_wrong_shape(device, kind, shape):
+    case = BlockCase(8, 4, 2, 4, 2, 3, "even", True, "swiglu", 1, 5, 0)
+    module = _build(kind, case, 0, device, torch.float32)
+    with pytest.raises(ValueError):
+        module(torch.zeros(shape, device=device))
+
+
+# --------------------------------------------------------------------------- MASK-4
+
+
+@pytest.mark.req("MASK-4")
+@given(window=st.one_of(st.none(), st.integers(1, 64)), n_layers=st.integers(1, 8))
+def test_window_sits_on_even_layers_under_the_default_schedule(window, n_layers):
+    cfg = ModelConfig(**{**VALID, "window": window, "n_layers": n_layers})
+    assert cfg.window_layers == "even", "the default schedule should be 'even'"
+    for i in range(n_layers):
+        expected = window if i % 2 == 0 else None
+        assert AttentionBlock(cfg, i).window == expected, f"layer {i}"
+    stack = TransformerStack(cfg)
+    expected = [window if i % 2 == 0 else None for i in range(n_layers)]
+    assert [blk.attn.window for blk in stack.blocks] == expected
+    every = TransformerStack(replace(cfg, window_layers="all"))
+    assert [blk.attn.window for blk in every.blocks] == [window] * n_layers
+
+
+@pytest.mark.req("MASK-4", "MASK-2")
+@given(case=block_cases(), window=st.integers(1, 4), data=st.data(), dtype=float_dtypes)
+def test_only_even_layers_forget_tokens_older_than_the_window(device, case, window, data, dtype):
+    """Change tokens 0..p: an even layer's output at t >= p+W is untouched, an odd layer's is not."""
+    seq = data.draw(st.integers(window + 1, 10), label="seq")
+    p = data.draw(st.integers(0, seq - 1 - window), label="p")
+    case = replace(case, window=window, window_layers="even", seq=seq)
+    even = _build("attention", case, 0, device, dtype)
+    odd = AttentionBlock(case.config(), 1).to(device=device, dtype=dtype)
+    odd.load_state_dict(even.state_dict())
+    assert even.window == window and odd.window is None
+    x = case.input(device, dtype)
+    x_new = x.clone()
+    x_new[:, : p + 1] = _fresh(x[:, : p + 1], case.seed + 2)
+    with torch.no_grad():
+        even_changed = _rows_differ(even(x_new), even(x))
+        odd_changed = _rows_differ(odd(x_new), odd(x))
+    assert not even_changed[p + window :].any(), (
+        f"even layer (W={window}): outputs {torch.nonzero(even_changed).flatten().tolist()} changed "
+        f"after editing tokens 0..{p}; tokens from {p + window} on should not see them"
+    )
+    assert even_changed[p : p + window].all(), f"even layer (W={window}) misses tokens inside its window"
+    assert odd_changed[p:].all(), "odd layer (full attention) ignores old tokens"

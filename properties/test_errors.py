@@ -1,0 +1,198 @@
+"""ERR-1: malformed inputs to the attention core raise ValueError or TypeError naming the argument.
+
+Each property draws a valid problem, checks that it runs, then breaks one thing about it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from impl import scaled_dot_product_attention as sdpa
+from properties.hypothesis_helpers import attn_cases
+
+ERRORS = (ValueError, TypeError)
+small_cases = attn_cases(max_t=5)
+
+
+def names(word: str) -> str:
+    """A regex that finds ``word`` as a whole word (q must not match 'sequence')."""
+    return rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])"
+
+
+def mentions_all(*words: str) -> str:
+    """A regex that matches when every one of ``words`` appears somewhere in the message."""
+    return "(?s)^" + "".join(rf"(?=.*{w})" for w in words)
+
+
+def valid(case, device, dtype=torch.float32):
+    """The case's tensors as a dict, after checking that the unbroken call is accepted."""
+    q, k, v, sinks = case.make(device, dtype)
+    sdpa(q, k, v, window=case.window, sinks=sinks)
+    return {"q": q, "k": k, "v": v, "sinks": sinks}
+
+
+def call(args, **kwargs):
+    return sdpa(args["q"], args["k"], args["v"], sinks=args["sinks"], **kwargs)
+
+
+def resized(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    shape = list(t.shape)
+    shape[dim] = size
+    return torch.randn(shape, dtype=t.dtype, device=t.device)
+
+
+qkv = st.sampled_from(["q", "k", "v"])
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, name=qkv, kind=st.sampled_from(["list", "float", "None", "str", "numpy"]))
+def test_non_tensor_input(case, name, kind, device):
+    args = valid(case, device)
+    t = args[name]
+    args[name] = {
+        "list": t.tolist(),
+        "float": 1.0,
+        "None": None,
+        "str": name,
+        "numpy": t.cpu().numpy(),
+    }[kind]
+    with pytest.raises(ERRORS, match=names(name)):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, name=qkv, rank=st.sampled_from([0, 1, 2, 3, 5, 6]), data=st.data())
+def test_wrong_rank(case, name, rank, data, device):
+    args = valid(case, device)
+    shape = data.draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank), label="shape")
+    args[name] = torch.randn(shape, device=device)
+    with pytest.raises(ERRORS, match=names(name)):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, side=st.sampled_from(["q", "kv"]), extra=st.integers(1, 3))
+def test_batch_mismatch(case, side, extra, device):
+    args = valid(case, device)
+    for name in ("q",) if side == "q" else ("k", "v"):
+        args[name] = resized(args[name], 0, case.batch + extra)
+    with pytest.raises(ERRORS, match=mentions_all("(?i:batch)")):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(
+    case=small_cases, name=st.sampled_from(["k", "v"]), dim=st.sampled_from([1, 2]), extra=st.integers(1, 3)
+)
+def test_k_v_length_or_head_mismatch(case, name, dim, extra, device):
+    # k and v must agree in (B, Hkv, Tk); change Tk (dim 2) or Hkv (dim 1) of one of them.
+    args = valid(case, device)
+    args[name] = resized(args[name], dim, args[name].shape[dim] + extra)
+    with pytest.raises(ERRORS, match=mentions_all(names("k"), names("v"))):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, name=st.sampled_from(["q", "k"]), extra=st.integers(1, 3))
+def test_q_k_head_dim_mismatch(case, name, extra, device):
+    args = valid(case, device)
+    args[name] = resized(args[name], 3, case.head_dim + extra)
+    with pytest.raises(ERRORS, match=mentions_all(names("q"), names("k"), "head_dim")):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, n_kv=st.integers(2, 4), data=st.data())
+def test_query_heads_not_a_multiple_of_kv_heads(case, n_kv, data, device):
+    n_heads = data.draw(st.integers(1, 9).filter(lambda h: h % n_kv != 0), label="Hq")
+    args = valid(case, device)
+    args["q"] = resized(args["q"], 1, n_heads)
+    args["k"] = resized(args["k"], 1, n_kv)
+    args["v"] = resized(args["v"], 1, n_kv)
+    args["sinks"] = None
+    with pytest.raises(ERRORS, match=mentions_all("(?i:head)", rf"\b{n_heads}\b", rf"\b{n_kv}\b")):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, data=st.data())
+def test_sinks_of_the_wrong_shape(case, data, device):
+    args = valid(case, device)
+    shape = data.draw(
+        st.one_of(
+            st.integers(0, 10).filter(lambda n: n != case.n_heads).map(lambda n: (n,)),
+            st.just(()),
+            st.just((case.n_heads, 1)),
+            st.just((1, case.n_heads)),
+        ),
+        label="sinks shape",
+    )
+    args["sinks"] = torch.zeros(shape, device=device)
+    with pytest.raises(ERRORS, match=names("sinks")):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, kind=st.sampled_from(["list", "float", "numpy"]))
+def test_sinks_not_a_tensor(case, kind, device):
+    args = valid(case, device)
+    bad = {"list": [0.0] * case.n_heads, "float": 0.0, "numpy": torch.zeros(case.n_heads).numpy()}
+    args["sinks"] = bad[kind]
+    with pytest.raises(ERRORS, match=names("sinks")):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(
+    case=small_cases,
+    name=qkv,
+    dtype=st.sampled_from([torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool, torch.complex64]),
+)
+def test_non_floating_dtype(case, name, dtype, device):
+    args = valid(case, device)
+    args[name] = args[name].to(dtype)
+    with pytest.raises(ERRORS, match=names(name)):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, name=qkv, odd=st.sampled_from([torch.float64, torch.float16, torch.bfloat16]))
+def test_mixed_dtypes(case, name, odd, device):
+    args = valid(case, device)
+    args[name] = args[name].to(odd)
+    with pytest.raises(ERRORS, match=mentions_all("dtype", names(name), re.escape(str(odd)))):
+        call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, window=st.one_of(st.integers(-5, 0), st.sampled_from([2.0, 1.5, "3", True, False])))
+def test_bad_window(case, window, device):
+    args = valid(case, device)
+    with pytest.raises(ERRORS, match=names("window")):
+        call(args, window=window)
+
+
+@pytest.mark.req("ERR-1", "MASK-2")
+@given(case=small_cases, window=st.integers(1, 6))
+def test_window_without_the_causal_mask(case, window, device):
+    # A sliding window is causal by definition; asking for one without the causal mask is an error.
+    args = valid(case, device)
+    with pytest.raises(ERRORS, match=names("window")):
+        call(args, causal=False, window=window)
+
+
+@pytest.mark.req("ERR-1")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="mixed devices need a CUDA device besides the CPU")
+@given(case=small_cases, name=st.sampled_from(["q", "k", "v", "sinks"]))
+def test_mixed_devices(case, name):
+    # One of q, k, v, sinks on the GPU, the rest on the CPU: the message names it and its device.
+    args = valid(replace(case, use_sinks=True), torch.device("cpu"))
+    args[name] = args[name].to("cuda")
+    with pytest.raises(ERRORS, match=mentions_all(names(name), "cuda")):
+        call(args)

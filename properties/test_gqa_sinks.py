@@ -1,0 +1,182 @@
+"""Grouped-query attention (GQA-1) and attention sinks (SINK-1, SINK-2).
+
+GQA: KV head g serves query heads g*r .. g*r + r - 1 (repeat_interleave, not tile).
+Sinks: one logit per query head, an extra softmax column that only takes mass away.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from impl import scaled_dot_product_attention as sdpa
+from properties.hypothesis_helpers import attn_cases, seeds
+from properties.pytest_helpers import assert_close, assert_exactly_equal, sink_probability
+from specs.oracle import mask_oracle
+
+FULL_PRECISION = (torch.float64, torch.float32)
+
+
+# --- local helpers -------------------------------------------------------------------------
+
+
+@st.composite
+def grouped_cases(draw: st.DrawFn, **kwargs):
+    """attn_cases with at least 2 KV heads and at least 2 query heads per KV head: the shapes
+    where interleaved (g = h // r) and tiled (g = h % Hkv) grouping disagree."""
+    case = draw(attn_cases(**kwargs))
+    n_kv = draw(st.integers(2, 3))
+    return replace(case, n_kv_heads=n_kv, n_heads=n_kv * draw(st.integers(2, 3)))
+
+
+# --- GQA-1 ---------------------------------------------------------------------------------
+
+
+@pytest.mark.req("GQA-1")
+@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
+    q, k, v, sinks = case.make(device, dtype)
+    r = case.group
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    k_mha, v_mha = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
+    out_mha, w_mha = sdpa(q, k_mha, v_mha, window=case.window, sinks=sinks, return_weights=True)
+    what = f"Hq={case.n_heads}, Hkv={case.n_kv_heads}, W={case.window}, {dtype}"
+    assert_exactly_equal(out, out_mha, f"GQA output vs MHA on repeat_interleaved K/V ({what})")
+    assert_exactly_equal(w, w_mha, f"GQA weights vs MHA on repeat_interleaved K/V ({what})")
+
+
+@pytest.mark.req("GQA-1")
+@given(case=attn_cases())
+def test_each_query_head_reads_kv_head_h_div_r(case, device):
+    # Per-head decomposition: query head h is single-head attention with KV head h // r and
+    # sink h.  With Hkv == Hq this says MHA is H independent heads; with Hkv == 1 it is MQA.
+    q, k, v, sinks = case.make(device, torch.float64)
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    for h in range(case.n_heads):
+        g = h // case.group
+        sink_h = None if sinks is None else sinks[h : h + 1]
+        single = sdpa(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], window=case.window, sinks=sink_h)
+        assert_close(out[:, h : h + 1], single, f"query head {h} vs single-head attention on KV head {g}")
+
+
+@pytest.mark.req("GQA-1")
+@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_mha_when_hkv_equals_hq(case, dtype, device):
+    # Hkv == Hq: r = 1, each query head has its own KV head; permuting the heads of q, k, v
+    # and the sinks together permutes the output heads.
+    case = replace(case, n_kv_heads=case.n_heads)
+    q, k, v, sinks = case.make(device, dtype)
+    perm = torch.arange(case.n_heads - 1, -1, -1, device=device)  # reverse the heads
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    sinks_p = None if sinks is None else sinks[perm]
+    out_p = sdpa(q[:, perm], k[:, perm], v[:, perm], window=case.window, sinks=sinks_p)
+    # Close, not bitwise: a head computed at another batch-of-heads index may round differently.
+    assert_close(out_p, out[:, perm], f"MHA (Hq=Hkv={case.n_heads}) output after reversing the heads")
+
+
+@pytest.mark.req("GQA-1")
+@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
+    case = replace(case, n_kv_heads=1)
+    q, k, v, sinks = case.make(device, dtype)
+    shape_k = (case.batch, case.n_heads, case.tk, case.head_dim)
+    shape_v = (case.batch, case.n_heads, case.tk, case.dv)
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    k_all, v_all = k.expand(shape_k).contiguous(), v.expand(shape_v).contiguous()
+    out_mha = sdpa(q, k_all, v_all, window=case.window, sinks=sinks)
+    what = f"MQA (Hq={case.n_heads}, Hkv=1) vs the KV head given to every query head"
+    assert_exactly_equal(out, out_mha, what)
+
+
+@pytest.mark.req("GQA-1")
+@given(case=grouped_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
+    # Make every value of KV head g equal to g + 1 and use no sinks: a query head's output is
+    # then exactly its KV head's label (weights sum to 1).  Interleaved grouping gives
+    # h // r + 1; tiled grouping (k.repeat(1, r, 1, 1)) would give h % Hkv + 1.
+    case = replace(case, use_sinks=False)
+    q, k, _, _ = case.make(device, dtype)
+    labels = torch.arange(1, case.n_kv_heads + 1, dtype=dtype, device=device)
+    v = labels.view(1, -1, 1, 1).expand(case.batch, case.n_kv_heads, case.tk, case.dv).contiguous()
+    out = sdpa(q, k, v, window=case.window)
+    expected_group = torch.arange(case.n_heads, device=device) // case.group + 1
+    expected = expected_group.to(dtype).view(1, -1, 1, 1).expand_as(out)
+    assert_close(out, expected, f"KV head serving each query head (Hq={case.n_heads}, Hkv={case.n_kv_heads})")
+
+
+# --- SINK-1 --------------------------------------------------------------------------------
+
+
+@pytest.mark.req("SINK-1")
+@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
+    q, k, v, _ = case.make(device, dtype)
+    sinks = torch.full((case.n_heads,), -math.inf, dtype=dtype, device=device)
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    plain_out, plain_w = sdpa(q, k, v, window=case.window, return_weights=True)
+    assert not bool(torch.isnan(out).any()), "NaN with sinks of -inf"
+    assert_close(out, plain_out, f"output with -inf sinks vs no sinks (W={case.window}, {dtype})")
+    assert_close(w, plain_w, f"weights with -inf sinks vs no sinks (W={case.window}, {dtype})")
+
+
+@pytest.mark.req("SINK-1")
+@given(case=attn_cases(), seed=seeds)
+def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device):
+    # Heads whose sink is -inf attend exactly as without sinks, whatever the other heads' sinks.
+    case = replace(case, use_sinks=True)
+    q, k, v, sinks = case.make(device, torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    off = (torch.rand(case.n_heads, generator=gen) < 0.5).to(device)
+    sinks = sinks.masked_fill(off, -math.inf)
+    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    plain = sdpa(q, k, v, window=case.window)
+    heads = torch.nonzero(off).flatten().tolist()
+    assert_close(out[:, off], plain[:, off], f"heads {heads} with a -inf sink vs no sinks")
+
+
+# --- SINK-2 --------------------------------------------------------------------------------
+
+
+@pytest.mark.req("SINK-2")
+@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
+    case = replace(case, use_sinks=True)
+    q, k, v, sinks = case.make(device, dtype)
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    plain_out, plain_w = sdpa(q, k, v, window=case.window, return_weights=True)
+    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    keep = (1 - sink_probability(q, k, sinks, allowed)).unsqueeze(-1).to(device)  # (B, Hq, Tq, 1)
+    what = f"with sinks = sink-free * (1 - p_sink) (W={case.window}, {dtype})"
+    assert_close(w, (plain_w.double() * keep).to(dtype), f"weights {what}")
+    assert_close(out, (plain_out.double() * keep).to(dtype), f"output {what}")
+
+
+@pytest.mark.req("SINK-2")
+@given(case=attn_cases(), delta=st.floats(0.25, 4.0), data=st.data())
+def test_raising_a_sink_lowers_that_heads_weights_only(case, delta, data, device):
+    case = replace(case, use_sinks=True)
+    h = data.draw(st.integers(0, case.n_heads - 1), label="head whose sink rises")
+    q, k, v, sinks = case.make(device, torch.float64)
+    raised = sinks.clone()
+    raised[h] += delta
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out2, w2 = sdpa(q, k, v, window=case.window, sinks=raised, return_weights=True)
+
+    others = [i for i in range(case.n_heads) if i != h]
+    assert_exactly_equal(w2[:, others], w[:, others], f"weights of heads {others} after raising sink {h}")
+    assert_exactly_equal(out2[:, others], out[:, others], f"outputs of heads {others} after raising sink {h}")
+
+    allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
+    before, after = w[:, h][:, allowed], w2[:, h][:, allowed]  # visible weights of head h
+    assert bool((after <= before).all()), f"raising sink {h} by {delta:.3g} raised a real weight"
+    # Strictly lower wherever the sink's share is large enough to show in float64.
+    p_sink = sink_probability(q, k, sinks, allowed.cpu())[:, h].to(device)  # (B, Tq)
+    visible = p_sink.unsqueeze(-1).expand(-1, -1, case.tk)[:, allowed] > 1e-12
+    assert bool((after[visible] < before[visible]).all()), (
+        f"raising sink {h} by {delta:.3g} left a real weight of that head unchanged"
+    )

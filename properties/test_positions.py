@@ -1,0 +1,279 @@
+"""Positions: rotary embeddings (ROPE-*), sinusoidal encodings and the learned table (PE-*).
+
+RoPE convention (DESIGN.md): feature i is paired with feature i + d/2 and the pair at
+position p is rotated by the angle p * base^(-2i/d), base 10000.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from impl import (
+    AttentionBlock,
+    LearnedPositionalEmbedding,
+    apply_rope,
+    rope_cos_sin,
+    sinusoidal_positional_encoding,
+)
+from properties.hypothesis_helpers import block_cases, randomize_, seeded_randn, seeds
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, block_oracle
+from specs.oracle import rope_oracle, sinusoidal_oracle
+
+head_dims = st.integers(1, 8).map(lambda half: 2 * half)
+positions_st = st.integers(0, 2048)
+float_dtypes = st.sampled_from([torch.float64, torch.float32])
+
+
+def _rope_at(x: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    return apply_rope(x, torch.tensor(positions, device=x.device))
+
+
+# --------------------------------------------------------------------------- ROPE-1
+
+
+@pytest.mark.req("ROPE-1")
+@given(
+    d=head_dims,
+    t=st.integers(1, 6),
+    data=st.data(),
+    seed=seeds,
+)
+def test_rope_scores_depend_only_on_relative_offset(device, d, t, data, seed):
+    """<R_m q, R_n k> == <R_(m+s) q, R_(n+s) k> for arbitrary positions m, n and shift s."""
+    pos_q = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="pos_q")
+    pos_k = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="pos_k")
+    s = data.draw(st.integers(-min(pos_q + pos_k), 2048), label="shift")
+    q = seeded_randn(seed, 2, t, d, device=device)
+    k = seeded_randn(seed + 1, 2, t, d, device=device)
+    scores = _rope_at(q, pos_q) @ _rope_at(k, pos_k).transpose(-2, -1)
+    shifted = _rope_at(q, [p + s for p in pos_q]) @ _rope_at(k, [p + s for p in pos_k]).transpose(-2, -1)
+    assert_close(shifted, scores, f"RoPE scores after shifting every position by {s}")
+
+
+@pytest.mark.req("ROPE-1")
+@given(d=head_dims, t=st.integers(1, 8), offset=st.integers(0, 1024), seed=seeds)
+def test_rope_score_matrix_is_offset_free(device, d, t, offset, seed):
+    """The (T, T) score matrix of a rotated sequence is the same at offset 0 and any offset."""
+    q = seeded_randn(seed, 3, t, d, device=device)
+    k = seeded_randn(seed + 1, 3, t, d, device=device)
+    at0 = apply_rope(q) @ apply_rope(k).transpose(-2, -1)
+    at_s = apply_rope(q, offset=offset) @ apply_rope(k, offset=offset).transpose(-2, -1)
+    assert_close(at_s, at0, f"RoPE score matrix at offset {offset} vs offset 0")
+
+
+# --------------------------------------------------------------------------- ROPE-2
+
+
+@pytest.mark.req("ROPE-2")
+@given(
+    d=head_dims,
+    t=st.integers(1, 6),
+    data=st.data(),
+    dtype=float_dtypes,
+    seed=seeds,
+)
+def test_rope_preserves_every_half_split_pair_norm(device, d, t, data, dtype, seed):
+    positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
+    x = seeded_randn(seed, 2, 3, t, d, device=device, dtype=dtype)
+    y = _rope_at(x, positions)
+    half = d // 2
+    pair_norm_x = torch.sqrt(x[..., :half] ** 2 + x[..., half:] ** 2)
+    pair_norm_y = torch.sqrt(y[..., :half] ** 2 + y[..., half:] ** 2)
+    assert_close(pair_norm_y, pair_norm_x, "norm of each pair (x_i, x_(i+d/2)) after RoPE")
+    assert_close(torch.linalg.vector_norm(y, dim=-1), torch.linalg.vector_norm(x, dim=-1), "vector norm")
+
+
+@pytest.mark.req("ROPE-2")
+@given(d=head_dims, t=st.integers(1, 6), dtype=float_dtypes, seed=seeds)
+def test_rope_is_the_identity_at_position_zero(device, d, t, dtype, seed):
+    x = seeded_randn(seed, 2, t, d, device=device, dtype=dtype)
+    zeros = torch.zeros(t, dtype=torch.long, device=device)
+    assert_exactly_equal(apply_rope(x, zeros), x, "RoPE at position 0 (every token)")
+    assert_exactly_equal(apply_rope(x[..., :1, :]), x[..., :1, :], "RoPE of the first token at offset 0")
+
+
+# --------------------------------------------------------------------------- ROPE-3
+
+
+@pytest.mark.req("ROPE-3")
+@given(d=head_dims, t=st.integers(1, 6), data=st.data(), dtype=float_dtypes, seed=seeds)
+def test_rope_matches_the_oracle_at_drawn_positions(device, d, t, data, dtype, seed):
+    positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
+    x = seeded_randn(seed, 2, 2, t, d, device=device, dtype=dtype)
+    out = _rope_at(x, positions)
+    golden = rope_oracle(x, positions)
+    ref_lowp = rope_oracle(x, positions, dtype=dtype)
+    assert_golden(out, golden, ref_lowp, f"apply_rope at positions {positions}")
+
+
+@pytest.mark.req("ROPE-3")
+@given(d=head_dims, t=st.integers(1, 6), offset=st.integers(0, 2048), dtype=float_dtypes, seed=seeds)
+def test_rope_offset_form_matches_oracle_and_explicit_positions(device, d, t, offset, dtype, seed):
+    x = seeded_randn(seed, 3, t, d, device=device, dtype=dtype)
+    out = apply_rope(x, offset=offset)
+    positions = list(range(offset, offset + t))
+    assert_golden(
+        out,
+        rope_oracle(x, positions),
+        rope_oracle(x, positions, dtype=dtype),
+        f"apply_rope at offset {offset}",
+    )
+    explicit = apply_rope(x, torch.arange(offset, offset + t, device=device))
+    assert_exactly_equal(out, explicit, "offset form vs explicit positions tensor")
+
+
+@pytest.mark.req("ROPE-3")
+@given(d=head_dims, t=st.integers(2, 6), seed=seeds)
+def test_rope_rotates_each_token_by_its_own_position(device, d, t, seed):
+    """Token r of a sequence at offset o is rotated exactly like a lone token at position o+r."""
+    x = seeded_randn(seed, 2, t, d, device=device)
+    whole = apply_rope(x, offset=3)
+    for r in range(t):
+        alone = apply_rope(x[..., r : r + 1, :], torch.tensor([3 + r], device=device))
+        assert_close(whole[..., r : r + 1, :], alone, f"token {r} of the sequence vs alone")
+
+
+# --------------------------------------------------------------------------- ROPE-4
+
+
+def _float64_block(case, layer_idx: int, device) -> AttentionBlock:
+    block = AttentionBlock(case.config(), layer_idx).to(device=device, dtype=torch.float64)
+    return randomize_(block, case.seed + 1)
+
+
+@pytest.mark.req("ROPE-4")
+@given(case=block_cases(), layer_idx=st.integers(0, 1), shift=st.integers(1, 1000))
+def test_block_output_is_invariant_to_a_common_position_shift(device, case, layer_idx, shift):
+    """Rotating Q and K (not V) makes the block see only relative positions."""
+    block = _float64_block(case, layer_idx, device)
+    x = case.input(device, torch.float64)
+    with torch.no_grad():
+        at0 = block(x, offset=0)
+        at_s = block(x, offset=shift)
+    assert_close(at_s, at0, f"AttentionBlock output at offset {shift} vs offset 0")
+
+
+@pytest.mark.req("ROPE-4", "ROPE-3")
+@given(case=block_cases(), offset=st.sampled_from([0, 0, 1, 7, 100]))
+def test_rope_reaches_q_and_k_in_the_block(device, case, offset):
+    """Without a window, the block equals the oracle block that rotates q and k (not v)."""
+    cfg = replace(case.config(), window=None)
+    block = randomize_(AttentionBlock(cfg, 0).to(device=device, dtype=torch.float64), case.seed + 1)
+    x = case.input(device, torch.float64)
+    with torch.no_grad():
+        out = block(x, offset=offset)
+    golden = block_oracle(block, x, offset)
+    assert_golden(out, golden, golden, f"window-free AttentionBlock at offset {offset} vs oracle")
+
+
+# --------------------------------------------------------------------------- PE-1
+
+
+def _dots_at_distance(pe: torch.Tensor, delta: int) -> torch.Tensor:
+    """PE(p) . PE(p + delta) for every p that has a partner, in float64."""
+    pe = pe.double()
+    return (pe[: pe.shape[0] - delta] * pe[delta:]).sum(dim=-1)
+
+
+@pytest.mark.req("PE-1")
+@given(seq_len=st.integers(2, 64), half=st.integers(1, 16), data=st.data())
+def test_sinusoidal_dot_product_depends_only_on_distance(seq_len, half, data):
+    d_model = 2 * half
+    delta = data.draw(st.integers(0, seq_len - 1), label="delta")
+    pe = sinusoidal_positional_encoding(seq_len, d_model)
+    expected = sum(math.cos(delta * 10000.0 ** (-2.0 * i / d_model)) for i in range(half))
+    dots = _dots_at_distance(pe, delta)
+    worst = (dots - expected).abs().max().item()
+    assert worst <= 1e-5, (
+        f"PE(p).PE(p+{delta}) should be sum_i cos({delta} w_i) = {expected:.6f} for every p; "
+        f"got {dots.tolist()} (worst error {worst:.2e})"
+    )
+
+
+@pytest.mark.req("PE-1")
+@pytest.mark.parametrize(("delta", "expected"), [(1, 15.313649), (5, 11.777383)])
+def test_sinusoidal_chapter_example(delta, expected):
+    """The chapter's numbers for seq_len=16, d_model=32, for every start p."""
+    dots = _dots_at_distance(sinusoidal_positional_encoding(16, 32), delta)
+    assert dots.shape == (16 - delta,)
+    worst = (dots - expected).abs().max().item()
+    assert worst <= 1e-5, f"PE(p).PE(p+{delta}) should be {expected} for every p, got {dots.tolist()}"
+
+
+# --------------------------------------------------------------------------- PE-2
+
+
+@pytest.mark.req("PE-2")
+@given(seq_len=st.integers(1, 64), half=st.integers(1, 16))
+def test_sinusoidal_table_matches_the_oracle(seq_len, half):
+    pe = sinusoidal_positional_encoding(seq_len, 2 * half)
+    assert pe.shape == (seq_len, 2 * half)
+    assert_close(pe, sinusoidal_oracle(seq_len, 2 * half), f"sinusoidal table ({seq_len}, {2 * half})")
+
+
+# --------------------------------------------------------------------------- PE-3
+
+
+@pytest.mark.req("PE-3")
+@given(max_len=st.integers(1, 20), d_model=st.integers(1, 8), data=st.data())
+def test_learned_table_returns_rows_offset_onwards(device, max_len, d_model, data):
+    offset = data.draw(st.integers(0, max_len - 1), label="offset")
+    seq_len = data.draw(st.integers(1, max_len - offset), label="seq_len")
+    emb = LearnedPositionalEmbedding(max_len, d_model).to(device)
+    rows = emb(seq_len, offset)
+    assert rows.shape == (seq_len, d_model)
+    expected = torch.stack([emb.table[offset + r] for r in range(seq_len)])
+    assert_exactly_equal(rows, expected, f"rows {offset}..{offset + seq_len - 1} of the table")
+
+
+@pytest.mark.req("PE-3")
+@given(max_len=st.integers(1, 20), d_model=st.integers(1, 8), data=st.data())
+def test_learned_table_refuses_positions_at_or_past_t_max(device, max_len, d_model, data):
+    emb = LearnedPositionalEmbedding(max_len, d_model).to(device)
+    offset = data.draw(st.integers(0, max_len + 3), label="offset")
+    seq_len = data.draw(st.integers(max(1, max_len - offset + 1), max_len + 5), label="seq_len")
+    with pytest.raises(ValueError, match="T_max"):
+        emb(seq_len, offset)
+
+
+@pytest.mark.req("PE-3")
+@pytest.mark.parametrize(("max_len", "d_model"), [(0, 4), (-1, 4), (4, 0), (4, -2)])
+def test_learned_table_rejects_bad_sizes(max_len, d_model):
+    with pytest.raises(ValueError):
+        LearnedPositionalEmbedding(max_len, d_model)
+
+
+@pytest.mark.req("PE-3")
+@pytest.mark.parametrize(("seq_len", "offset"), [(0, 0), (-1, 0), (2, -1)])
+def test_learned_table_rejects_bad_lengths(seq_len, offset):
+    with pytest.raises(ValueError):
+        LearnedPositionalEmbedding(8, 4)(seq_len, offset)
+
+
+# --------------------------------------------------------------------------- ERR-2
+
+
+@pytest.mark.req("ERR-2")
+@given(half=st.integers(0, 8), t=st.integers(1, 4))
+def test_rope_refuses_an_odd_head_dim(device, half, t):
+    d = 2 * half + 1
+    x = torch.randn(2, t, d, device=device)
+    with pytest.raises(ValueError, match="head_dim"):
+        apply_rope(x)
+    with pytest.raises(ValueError, match="head_dim"):
+        rope_cos_sin(torch.arange(t, device=device), d)
+
+
+@pytest.mark.req("ERR-2")
+@given(half=st.integers(0, 8), seq_len=st.integers(1, 8))
+def test_sinusoidal_refuses_an_odd_d_model(half, seq_len):
+    with pytest.raises(ValueError, match="d_model"):
+        sinusoidal_positional_encoding(seq_len, 2 * half + 1)
+    with pytest.raises(ValueError):
+        sinusoidal_positional_encoding(0, 2 * half + 2)
