@@ -1,0 +1,86 @@
+"""`python -m mutants run [--faults-only]`: a mutation campaign over impl/ against properties/.
+
+Exit status: 0 when the gate passes, 1 when it fails (a catalogue fault not killed or without a
+site, an untriaged survivor, a replay problem, test strength under --min-strength), 2 when the
+campaign itself could not run, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .campaign import REPO_ROOT, Campaign, CampaignError, run_mutmut, workspace
+from .report import load_triage, read_mutants, stryker_report, summarize
+
+
+def write_report(campaign: Campaign, min_strength: float | None) -> int:
+    mutants, sources, stats = read_mutants(campaign.workspace)
+    info = {"mode": campaign.mode, "max_children": campaign.max_children, "isolation": campaign.isolation}
+    end = campaign.finished or time.monotonic()
+    performance = {
+        "setup": 0.0,  # mutant generation is counted in initialRun: mutmut does it in the same step
+        "initialRun": campaign.tests_started - campaign.started,
+        "mutation": end - campaign.tests_started,
+    }
+    report = stryker_report(mutants, sources, stats, info, performance)
+    report_path = campaign.root / "reports" / "mutation-report.json"
+    report_path.parent.mkdir(exist_ok=True)
+    report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    text, failures = summarize(
+        mutants,
+        info,
+        end - campaign.started,
+        report_path.relative_to(campaign.root),
+        load_triage(),
+        min_strength,
+    )
+    print(text)
+    (report_path.parent / "mutation-summary.txt").write_text(text + "\n")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutants", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a campaign and write reports/mutation-report.json")
+    run.add_argument("--faults-only", action="store_true", help="only the catalogue operators F1..F10")
+    run.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
+    run.add_argument(
+        "--isolation",
+        choices=("fork", "forkserver"),
+        default="fork",
+        help="mutmut's process_isolation (default: fork)",
+    )
+    run.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
+    run.add_argument(
+        "--keep-workspace", action="store_true", help="keep the temporary workspace for debugging"
+    )
+    run.add_argument("--root", default=str(REPO_ROOT), help=argparse.SUPPRESS)  # for the machinery's own test
+    args = parser.parse_args(argv)
+
+    campaign = Campaign(
+        root=Path(args.root).resolve(),
+        faults_only=args.faults_only,
+        max_children=args.max_children,
+        isolation=args.isolation,
+    )
+    print(f"workspace {campaign.workspace}", flush=True)
+    try:
+        with workspace(campaign, keep=args.keep_workspace):
+            run_mutmut(campaign)
+            return write_report(campaign, args.min_strength)
+    except CampaignError as error:
+        print(f"\ncampaign failed: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: workspace removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

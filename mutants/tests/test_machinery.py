@@ -1,0 +1,252 @@
+"""Tests of the mutation machinery itself: `python -m pytest mutants/test_machinery.py` (~1 min).
+
+The last two tests run real (faults-only) campaigns on a toy copy of the project: impl/ and
+specs/ as they are, properties/ replaced by two tests that kill F1 and F2 and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from pathlib import Path
+
+import libcst as cst
+
+from mutants.campaign import REPO_ROOT, pyproject_text
+from mutants.catalogue import FAULTS, FAULTS_BY_ID
+from mutants.report import changed_span
+
+
+class _Apply(cst.CSTVisitor):
+    """Every mutated module one fault's operator makes, inside function bodies (as mutmut does)."""
+
+    def __init__(self, module: cst.Module, fault) -> None:
+        self.module, self.fault, self.depth, self.results = module, fault, 0, []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth -= 1
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        super().on_visit(node)
+        if self.depth and isinstance(node, self.fault.node_type):
+            self.results += [self.module.deep_replace(node, new).code for new in self.fault.operator(node)]
+        return True
+
+
+def mutate(code: str, fault_id: str) -> list[str]:
+    module = cst.parse_module(textwrap.dedent(code))
+    visitor = _Apply(module, FAULTS_BY_ID[fault_id])
+    module.visit(visitor)
+    return visitor.results
+
+
+def test_every_fault_has_a_site_in_impl_and_makes_valid_python():
+    sources = [cst.parse_module(p.read_text()) for p in sorted((REPO_ROOT / "impl").glob("*.py"))]
+    for fault in FAULTS:
+        made = []
+        for module in sources:
+            visitor = _Apply(module, fault)
+            module.visit(visitor)
+            made += [(module.code, code) for code in visitor.results]
+        assert made, f"{fault.id} finds no site in impl/"
+        for original, code in made:
+            compile(code, fault.id, "exec")
+            assert code != original
+
+
+def test_operators_make_the_documented_faults():
+    assert (
+        "masked_fill(~a, 0.0)"
+        in mutate('def f(a, z):\n    return z.masked_fill(~a, float("-inf"))\n', "F1")[0]
+    )
+    assert mutate("def f(key_pos, query_pos):\n    return key_pos <= query_pos\n", "F2") == [
+        "def f(key_pos, query_pos):\n    return key_pos >= query_pos\n"
+    ]
+    assert mutate("def f(a, b):\n    return a <= b\n", "F2") == []  # not a key/query comparison
+    post_norm = mutate(
+        """
+        def forward(self, x):
+            h = self.attn(self.norm(x))
+            return x + h
+        """,
+        "F6",
+    )
+    assert post_norm == ["\ndef forward(self, x):\n    h = self.attn(x)\n    return self.norm(x + h)\n"]
+    rope_v = mutate(
+        """
+        def forward(self, q, k, v):
+            k = apply_rope(split(k), offset=3)
+            v = split(v)
+            return k, v
+        """,
+        "F7",
+    )
+    assert "v = apply_rope(split(v), offset=3)" in rope_v[0]
+    assert mutate("def f(self):\n    if self.a % self.b != 0:\n        raise ValueError('x')\n", "F9") == [
+        "def f(self):\n    if False:\n        raise ValueError('x')\n"
+    ]
+    assert mutate("def f(q, k, v, s):\n    return attn(q, k, v, window=3, sinks=s)\n", "F10") == [
+        "def f(q, k, v, s):\n    return attn(q, k, v, window=3)\n"
+    ]
+
+
+def test_changed_span_reports_whole_tokens():
+    for original, mutated, span, replacement in [
+        ("a <= b", "a < b", "<=", "<"),
+        ("x == 0", "x != 0", "==", "!="),
+        ("f(1e-5)", "f(1.00001)", "1e-5", "1.00001"),
+        ("s = m(a) * scale  # c", "s = m(a)  # c", "* scale", ""),
+        ("return x + y", "return y", "x +", ""),
+        ("amax(dim=-1)", "amax(dim=+1)", "-", "+"),
+        ("if x in y:", "if x not in y:", "in", "not in"),
+        ("if x < 1:", "if x <= 1:", "<", "<="),
+        ("a if c else b", "a if (c) and False else b", "c", "(c) and False"),
+    ]:
+        start, end, got = changed_span(original, mutated)
+        assert (original[start:end], got) == (span, replacement)
+    for original, mutated, node, span, replacement in [
+        ("if scale is None:", "if scale is not None:", (9, 11), "is", "is not"),
+        ("if x in y:", "if x not in y:", (5, 7), "in", "not in"),
+    ]:
+        start, end, got = changed_span(original, mutated, node)
+        assert (original[start:end], got) == (span, replacement)
+
+
+def test_generated_pyproject_configures_mutmut_and_pytest():
+    config = tomllib.loads(pyproject_text(REPO_ROOT, "forkserver"))
+    assert config["tool"]["mutmut"]["source_paths"] == ["impl/"]
+    assert config["tool"]["mutmut"]["process_isolation"] == "forkserver"
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["properties"]
+
+
+TOY_TESTS = """
+import torch
+from impl import additive_mask, attention_mask
+
+
+def test_additive_mask_is_minus_inf_where_masked():
+    allowed = torch.tensor([[True, False]])
+    assert additive_mask(allowed).tolist() == [[0.0, float("-inf")]]
+
+
+def test_causal_mask_is_lower_triangular():
+    ones = torch.ones(4, 4, dtype=torch.bool)
+    assert torch.equal(attention_mask(4, 4), ones.tril())
+    assert torch.equal(attention_mask(4, 4, window=2), ones.tril() & ~ones.tril(-2))
+"""
+
+
+def toy_root(tmp_path: Path) -> Path:
+    root = tmp_path / "toy"
+    for name in ("impl", "specs"):
+        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "properties").mkdir()
+    (root / "properties" / "__init__.py").write_text("")
+    (root / "properties" / "test_toy.py").write_text(TOY_TESTS)
+    return root
+
+
+def start_campaign(root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mutants", "run", "--faults-only", "--root", str(root)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def workspace_of(first_line: str) -> Path:
+    assert first_line.startswith("workspace "), first_line
+    return Path(first_line.split(maxsplit=1)[1].strip())
+
+
+def test_faults_only_campaign_on_a_toy_suite(tmp_path):
+    root = toy_root(tmp_path)
+    process = start_campaign(root)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 1, output  # F3..F10 are not killed by the toy suite
+    assert not workspace_of(output.splitlines()[0]).exists()
+    assert sorted(p.name for p in root.iterdir()) == ["impl", "properties", "reports", "specs"]
+
+    report = json.loads((root / "reports" / "mutation-report.json").read_text())
+    check_stryker_shape(report)
+    by_fault: dict[str, set[str]] = {}
+    for path, entry in report["files"].items():
+        lines = entry["source"].splitlines()
+        for mutant in entry["mutants"]:
+            by_fault.setdefault(mutant["mutatorName"], set()).add(mutant["status"])
+            start, end = mutant["location"]["start"], mutant["location"]["end"]
+            if mutant["mutatorName"] == "F1":
+                assert path == "impl/masks.py"
+                assert start["line"] == end["line"]
+                assert lines[start["line"] - 1][start["column"] - 1 : end["column"] - 1] == 'float("-inf")'
+                assert mutant["killedBy"] == [
+                    "properties/test_toy.py::test_additive_mask_is_minus_inf_where_masked"
+                ]
+    assert by_fault["F1"] == by_fault["F2"] == {"Killed"}
+    assert by_fault["F3"] <= {"Survived", "NoCoverage"}
+    assert "F1   killed" in output and "F3   survived" in output
+
+
+def check_stryker_shape(report: dict) -> None:
+    """The required parts of Stryker's mutation-testing-report-schema, checked by hand."""
+    assert report["schemaVersion"] in ("1", "2") and {"high", "low"} <= set(report["thresholds"])
+    statuses = {
+        "Killed",
+        "Survived",
+        "NoCoverage",
+        "CompileError",
+        "RuntimeError",
+        "Timeout",
+        "Ignored",
+        "Pending",
+    }
+    ids = []
+    for entry in report["files"].values():
+        assert entry["language"] == "python" and isinstance(entry["source"], str)
+        for mutant in entry["mutants"]:
+            ids.append(mutant["id"])
+            assert isinstance(mutant["mutatorName"], str) and mutant["status"] in statuses
+            start, end = mutant["location"]["start"], mutant["location"]["end"]
+            assert min(start["line"], start["column"], end["line"], end["column"]) >= 1
+            assert (start["line"], start["column"]) < (end["line"], end["column"])
+    assert len(ids) == len(set(ids))
+    for test_file in report.get("testFiles", {}).values():
+        assert all({"id", "name"} <= set(test) for test in test_file["tests"])
+
+
+def test_sigterm_stops_the_campaign_and_removes_the_workspace(tmp_path):
+    process = start_campaign(toy_root(tmp_path))
+    workspace = workspace_of(process.stdout.readline())
+    deadline = time.monotonic() + 60
+    while not (workspace / "driver.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # mutmut is generating mutants or running the clean suite by now
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert not workspace.exists()
+    assert processes_in(workspace) == []
+
+
+def processes_in(directory: Path) -> list[str]:
+    """Ids of the processes whose working directory is in `directory` (deleted or not)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "cwd").startswith(str(directory)):
+                pids.append(proc.name)
+        except OSError:
+            continue
+    return pids
