@@ -60,8 +60,9 @@ def softmax_or_zero(scores: torch.Tensor) -> torch.Tensor:
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     exp = torch.exp(scores - row_max)
-    total = exp.sum(dim=-1, keepdim=True)
-    return exp / torch.where(total > 0, total, torch.ones_like(total))
+    # A row with any finite score has total >= 1 (its maximum contributes exp(0) = 1); an
+    # all -inf row has total 0 and exp 0, and dividing by 1 leaves it at 0.
+    return exp / exp.sum(dim=-1, keepdim=True).clamp(min=1.0)
 
 
 def scaled_dot_product_attention(
@@ -88,12 +89,12 @@ def scaled_dot_product_attention(
 
     # Half-precision inputs are scored and normalised in float32.
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    scores = torch.matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale  # (B, Hq, Tq, Tk)
+    scores = torch.matmul(q.to(compute), k.to(compute).mT) * scale  # (B, Hq, Tq, Tk)
     allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
-    scores = scores + additive_mask(allowed, compute)
+    scores = scores + additive_mask(allowed)
 
     if sinks is not None:
-        sink_column = sinks.to(compute).view(1, n_heads, 1, 1).expand(batch, n_heads, tq, 1)
+        sink_column = sinks.to(compute)[:, None, None].expand(batch, n_heads, tq, 1)
         scores = torch.cat([scores, sink_column], dim=-1)  # (B, Hq, Tq, Tk + 1)
     weights = softmax_or_zero(scores)
     if sinks is not None:

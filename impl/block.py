@@ -16,7 +16,7 @@ from torch import nn
 from .attention import scaled_dot_product_attention
 from .heads import merge_heads, split_heads
 from .layers import ACTIVATIONS, FeedForward, RMSNorm
-from .masks import check_window, layer_window
+from .masks import WINDOW_LAYERS, check_window, layer_window
 from .positions import apply_rope
 
 
@@ -53,7 +53,8 @@ class ModelConfig:
         if self.head_dim % 2 != 0:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
         check_window(self.window)
-        layer_window(0, self.window, self.window_layers)  # rejects an unknown schedule
+        if self.window_layers not in WINDOW_LAYERS:
+            raise ValueError(f"window_layers must be one of {WINDOW_LAYERS}, got {self.window_layers!r}")
         if self.ffn_hidden is not None and self.ffn_hidden < 1:
             raise ValueError(f"ffn_hidden must be a positive int or None, got {self.ffn_hidden!r}")
         if self.activation not in ACTIVATIONS:
@@ -66,7 +67,6 @@ class AttentionBlock(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int = 0) -> None:
         super().__init__()
         self.config = config
-        self.layer_idx = layer_idx
         self.window = layer_window(layer_idx, config.window, config.window_layers)
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         q_width = config.n_heads * config.head_dim
@@ -119,7 +119,6 @@ class TransformerStack(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.config = config
         self.blocks = nn.ModuleList(TransformerBlock(config, i) for i in range(config.n_layers))
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:

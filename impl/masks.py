@@ -7,7 +7,11 @@ Tk - Tq + i.  With a window W, that query sees key j iff  pos - W < j <= pos.
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+WINDOW_LAYERS = ("even", "all")
 
 
 def check_window(window: int | None) -> None:
@@ -44,18 +48,20 @@ def attention_mask(
     return allowed
 
 
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The additive form M of a boolean mask: 0 where allowed, -inf where masked."""
-    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return zeros.masked_fill(~allowed, float("-inf"))
+def additive_mask(allowed: torch.Tensor) -> torch.Tensor:
+    """The additive form M of a boolean mask: 0 where allowed, -inf where masked (float32).
+
+    0 and -inf are exact in every float dtype, and adding M promotes half-precision scores
+    to float32, which is where the softmax runs anyway."""
+    return torch.zeros_like(allowed, dtype=torch.float32).masked_fill(~allowed, -math.inf)
 
 
 def layer_window(layer_idx: int, window: int | None, window_layers: str = "even") -> int | None:
     """The window a layer uses: ``window`` on even layers (or on all), full attention elsewhere."""
+    if window_layers not in WINDOW_LAYERS:
+        raise ValueError(f"window_layers must be one of {WINDOW_LAYERS}, got {window_layers!r}")
     if window_layers == "all":
         return window
-    if window_layers != "even":
-        raise ValueError(f"window_layers must be 'even' or 'all', got {window_layers!r}")
     if layer_idx % 2 == 0:
         return window
     return None

@@ -6,15 +6,13 @@ import torch
 from torch import nn
 
 
-def rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, base: float = 10000.0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the angles p * theta_i, theta_i = base^(-2i/d), each (T, d/2), float64."""
     if head_dim < 2 or head_dim % 2 != 0:
         raise ValueError(f"RoPE needs an even head_dim >= 2, got head_dim={head_dim}")
-    i = torch.arange(head_dim // 2, dtype=torch.float64, device=positions.device)
-    theta = base ** (-2.0 * i / head_dim)
-    angles = positions.to(torch.float64).unsqueeze(-1) * theta  # (T, d/2)
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
+    theta = base ** (-two_i / head_dim)  # (d/2,)
+    angles = positions.to(torch.float64)[:, None] * theta  # (T, d/2)
     return torch.cos(angles), torch.sin(angles)
 
 
@@ -49,9 +47,8 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int) -> torch.Tensor:
         raise ValueError(
             f"need seq_len >= 1 and an even d_model >= 2, got seq_len={seq_len}, d_model={d_model}"
         )
-    p = torch.arange(seq_len, dtype=torch.float64).unsqueeze(1)
-    i = torch.arange(d_model // 2, dtype=torch.float64)
-    angles = p * 10000.0 ** (-2.0 * i / d_model)  # (T, D/2)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angles = torch.arange(seq_len)[:, None] * 10000.0 ** (-two_i / d_model)  # (T, D/2), float64
     pe = torch.empty(seq_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles)

@@ -74,12 +74,10 @@ def without_comma(arg: cst.Arg) -> cst.Arg:
 # --- F1 ----------------------------------------------------------------------------------------
 
 
-def operator_mask_fill_zero(node: cst.Call) -> Iterator[cst.CSTNode]:
-    """float("-inf") -> 0.0: the mask adds 0 where it must add -inf."""
-    if call_name(node) == "float" and len(node.args) == 1:
-        arg = node.args[0].value
-        if isinstance(arg, cst.SimpleString) and arg.evaluated_value.strip().lower() == "-inf":
-            yield cst.Float("0.0")
+def operator_mask_fill_zero(node: cst.UnaryOperation) -> Iterator[cst.CSTNode]:
+    """-math.inf (or -torch.inf, -inf) -> 0.0: the mask adds 0 where it must add -inf."""
+    if isinstance(node.operator, cst.Minus) and func_name(node.expression) == "inf":
+        yield cst.Float("0.0")
 
 
 # --- F2 ----------------------------------------------------------------------------------------
@@ -275,7 +273,7 @@ FAULTS: tuple[Fault, ...] = (
         "mask adds 0 instead of -inf (additive_mask fill value)",
         "ch8",
         ("MASK-3", "ATTN-2", "ATTN-9"),
-        cst.Call,
+        cst.UnaryOperation,
         operator_mask_fill_zero,
     ),
     Fault(

@@ -267,7 +267,7 @@ def test_rope_refuses_an_odd_head_dim(device, half, t):
     with pytest.raises(ValueError, match="head_dim"):
         apply_rope(x)
     with pytest.raises(ValueError, match="head_dim"):
-        rope_cos_sin(torch.arange(t, device=device), d)
+        rope_cos_sin(torch.arange(t, device=device), d, 10000.0)
 
 
 @pytest.mark.req("ERR-2")
