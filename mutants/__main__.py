@@ -14,11 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from .campaign import REPO_ROOT, Campaign, CampaignError, run_mutmut, workspace
+from .campaign import REPO_ROOT, Campaign, CampaignError, driver_env, run_mutmut, workspace
+from .html import render
+from .matrix import kill_matrix, matrix_table, write_heatmap
 from .report import load_triage, read_mutants, stryker_report, summarize
 
 
-def write_report(campaign: Campaign, min_strength: float | None) -> int:
+def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = True) -> int:
     mutants, sources, stats = read_mutants(campaign.workspace)
     info = {"mode": campaign.mode, "max_children": campaign.max_children, "isolation": campaign.isolation}
     end = campaign.finished or time.monotonic()
@@ -31,6 +33,7 @@ def write_report(campaign: Campaign, min_strength: float | None) -> int:
     report_path = campaign.root / "reports" / "mutation-report.json"
     report_path.parent.mkdir(exist_ok=True)
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (report_path.parent / "index.html").write_text(render(report), encoding="utf-8")
     text, failures = summarize(
         mutants,
         info,
@@ -39,6 +42,20 @@ def write_report(campaign: Campaign, min_strength: float | None) -> int:
         load_triage(),
         min_strength,
     )
+    if matrix:
+        by_fault: dict[str, list[str]] = {}
+        for mutant in mutants:
+            if mutant.operator.startswith("F") and mutant.status == "Killed":
+                by_fault.setdefault(mutant.operator, []).append(mutant.name)
+        count = sum(map(len, by_fault.values()))
+        print(f"kill matrix: running the whole suite against {count} catalogue mutants ...", flush=True)
+        started = time.monotonic()
+        cells = kill_matrix(campaign.workspace, driver_env(campaign.workspace), by_fault, campaign.max_children)
+        (report_path.parent / "kill-matrix.json").write_text(json.dumps(cells, indent=1, sort_keys=True))
+        table = matrix_table(cells) + f"\n  ({time.monotonic() - started:.0f} s)"
+        if write_heatmap(cells, report_path.parent / "kill-matrix.png"):
+            table += f"\n  heatmap: {report_path.parent.relative_to(campaign.root) / 'kill-matrix.png'}"
+        text = text + "\n\n" + table
     print(text)
     (report_path.parent / "mutation-summary.txt").write_text(text + "\n")
     return 1 if failures else 0
@@ -60,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--keep-workspace", action="store_true", help="keep the temporary workspace for debugging"
     )
+    run.add_argument("--no-matrix", action="store_true", help="skip the kill matrix (fault x requirement)")
     run.add_argument("--root", default=str(REPO_ROOT), help=argparse.SUPPRESS)  # for the machinery's own test
     args = parser.parse_args(argv)
 
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with workspace(campaign, keep=args.keep_workspace):
             run_mutmut(campaign)
-            return write_report(campaign, args.min_strength)
+            return write_report(campaign, args.min_strength, matrix=not args.no_matrix)
     except CampaignError as error:
         print(f"\ncampaign failed: {error}", file=sys.stderr)
         return 2

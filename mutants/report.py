@@ -197,7 +197,7 @@ def read_kills(workspace: Path, name: str) -> tuple[list[str], list[str]]:
     kills = workspace / "kills" / f"{name}.tsv"
     if not kills.exists():
         return [], []
-    test, _, requirements = kills.read_text(encoding="utf-8").splitlines()[0].partition("\t")
+    test, requirements = kills.read_text(encoding="utf-8").splitlines()[0].split("\t")[:2]
     return [test], [r for r in requirements.split(",") if r]
 
 

@@ -1,0 +1,91 @@
+"""The kill matrix: which requirements' properties kill each catalogue fault, and how fast.
+
+mutmut stops a mutant's run at its first failing test, so after the campaign every catalogue
+mutant is run once more against the whole suite (in mutmut's mutated copy of the workspace,
+selected by MUTANT_UNDER_TEST).  The kill recorder logs each failing test with its requirement
+ids and duration, and skips a test once all its requirements have killed the mutant.  A cell
+(fault, requirement) holds the fastest failing test of that requirement over the fault's mutants.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .catalogue import FAULTS
+
+Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
+
+
+def _run_one(workspace: Path, env: dict[str, str], name: str, out_dir: Path) -> None:
+    command = [sys.executable, "-m", "pytest", "properties", "-q", "--no-header", "-p", "no:cacheprovider"]
+    command += ["-p", "attnspec_killrecorder"]
+    env = dict(env, MUTANT_UNDER_TEST=name, ATTNSPEC_KILLS_DIR=str(out_dir), ATTNSPEC_MATRIX="1")
+    subprocess.run(command, cwd=workspace / "mutants", env=env, capture_output=True, check=False)
+
+
+def kill_matrix(workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int) -> Matrix:
+    """Run every catalogue mutant against the whole suite; ``env`` is the campaign's environment."""
+    out_dir = workspace / "matrix"
+    out_dir.mkdir(exist_ok=True)
+    names = [name for names in mutants_by_fault.values() for name in names]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(lambda name: _run_one(workspace, env, name, out_dir), names))
+    matrix: Matrix = {fault_id: {} for fault_id in mutants_by_fault}
+    for fault_id, fault_mutants in mutants_by_fault.items():
+        for name in fault_mutants:
+            log = out_dir / f"{name}.tsv"
+            lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+            for line in lines:
+                _test, requirements, seconds = line.split("\t")
+                for rid in filter(None, requirements.split(",")):
+                    cell = matrix[fault_id]
+                    cell[rid] = min(cell.get(rid, float("inf")), float(seconds))
+    return matrix
+
+
+def matrix_table(matrix: Matrix) -> str:
+    """One line per fault: the requirements that kill it, fastest first; '!' marks an expected
+    requirement (per the catalogue) whose properties did not kill it."""
+    lines = ["kill matrix (requirement: seconds of its fastest failing test):"]
+    for fault in FAULTS:
+        row = matrix.get(fault.id)
+        if row is None:
+            continue
+        kills = "  ".join(f"{rid} {s:.2f}s" for rid, s in sorted(row.items(), key=lambda kv: kv[1]))
+        missed = [rid for rid in fault.kills if rid not in row]
+        note = f"   ! expected but not killing: {', '.join(missed)}" if missed else ""
+        lines.append(f"  {fault.id:<4} {len(row):2d} requirements  {kills or 'NONE'}{note}")
+    return "\n".join(lines)
+
+
+def write_heatmap(matrix: Matrix, path: Path) -> bool:
+    """PNG heatmap fault x requirement (colour: seconds to kill; blank: no kill; dot: expected).
+    Returns False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import LogNorm
+    except ImportError:
+        return False
+    faults = [f for f in FAULTS if f.id in matrix]
+    requirements = sorted({rid for row in matrix.values() for rid in row} | {r for f in faults for r in f.kills})
+    grid = [[matrix[f.id].get(rid, float("nan")) for rid in requirements] for f in faults]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(requirements) + 2), 0.45 * len(faults) + 1.8))
+    image = ax.imshow(grid, cmap="viridis_r", norm=LogNorm(vmin=0.005, vmax=10), aspect="auto")
+    for i, fault in enumerate(faults):
+        for j, rid in enumerate(requirements):
+            if rid in fault.kills:
+                ax.plot(j, i, marker="o", markersize=3, color="red" if rid not in matrix[fault.id] else "white")
+    ax.set_xticks(range(len(requirements)), requirements, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(faults)), [f"{f.id} {f.description[:38]}" for f in faults], fontsize=8)
+    ax.set_title("catalogue faults killed by requirement (colour: seconds to kill; dot: expected)", fontsize=9)
+    fig.colorbar(image, ax=ax, label="seconds of the fastest failing test")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
