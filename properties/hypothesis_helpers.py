@@ -107,7 +107,12 @@ def attn_cases(
 
 @dataclass(frozen=True)
 class BlockCase:
-    """A small ModelConfig's arguments plus the input's batch, length and seed."""
+    """A small ModelConfig's arguments plus the input's batch, length and seed.
+
+    norm_eps, rope_base and ffn_hidden default to ModelConfig's defaults; block_cases draws
+    other values too, so a block that ignored one of these config fields would disagree
+    with an oracle that reads them from the config.
+    """
 
     d_model: int
     n_heads: int
@@ -121,6 +126,9 @@ class BlockCase:
     batch: int
     seq: int
     seed: int
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    ffn_hidden: int | None = None
 
     def config(self):
         from impl import ModelConfig
@@ -135,6 +143,9 @@ class BlockCase:
             window_layers=self.window_layers,
             use_sinks=self.use_sinks,
             activation=self.activation,
+            norm_eps=self.norm_eps,
+            rope_base=self.rope_base,
+            ffn_hidden=self.ffn_hidden,
         )
 
     def input(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -147,7 +158,12 @@ class BlockCase:
 def block_cases(
     draw: st.DrawFn, *, max_seq: int = 10, max_layers: int = 3, sinks: bool | None = None
 ) -> BlockCase:
-    """A tiny block or stack configuration (Hq != Hkv often, T != d) and an input."""
+    """A tiny block or stack configuration (Hq != Hkv often, T != d) and an input.
+
+    norm_eps is drawn up to 1 (against inputs of unit RMS, so eps visibly changes the norm),
+    rope_base away from 10000 (head_dim >= 4 makes the base matter), ffn_hidden from None
+    (the default width) down to 1.
+    """
     n_kv_heads = draw(st.integers(1, 2))
     n_heads = n_kv_heads * draw(st.integers(1, 3))
     head_dim = draw(st.sampled_from([2, 4, 6, 8]))
@@ -167,6 +183,9 @@ def block_cases(
         batch=draw(st.integers(1, 2)),
         seq=seq,
         seed=draw(seeds),
+        norm_eps=draw(st.sampled_from([1e-5, 1e-6, 1e-2, 0.5, 1.0])),
+        rope_base=draw(st.sampled_from([10000.0, 10.0, 100.0, 500000.0])),
+        ffn_hidden=draw(st.one_of(st.none(), st.integers(1, 12))),
     )
 
 

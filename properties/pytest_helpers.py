@@ -105,3 +105,14 @@ def block_oracle(block, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = t
         base=cfg.rope_base,
         dtype=dtype,
     )
+
+
+def message_names(*parts: object) -> str:
+    """A ``pytest.raises(match=...)`` regex: the message contains every one of ``parts``
+    (an argument's name, its offending value, a shape) as a whole token, in any order.
+    Strings are matched literally; other values by their repr (8 -> "8", (2, 6) -> "(2, 6)")."""
+    import re
+
+    tokens = [p if isinstance(p, str) else repr(p) for p in parts]
+    # A token may not continue a longer word or number: "0" must not match in "10" or "0.5".
+    return "(?s)^" + "".join(rf"(?=.*(?<![\w.-]){re.escape(t)}(?!\w|\.\d))" for t in tokens)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import attn_cases
+from properties.pytest_helpers import assert_exactly_equal
 
 ERRORS = (ValueError, TypeError)
 small_cases = attn_cases(max_t=5)
@@ -28,6 +29,18 @@ def names(word: str) -> str:
 def mentions_all(*words: str) -> str:
     """A regex that matches when every one of ``words`` appears somewhere in the message."""
     return "(?s)^" + "".join(rf"(?=.*{w})" for w in words)
+
+
+def names_value(word: str, value: object) -> str:
+    """A regex for ``word`` followed by its value (``q (2, 0, 3)``, ``window=-2``, ``tk: 0``):
+    ERR-1 asks the message to name the argument *and* its value."""
+    return names(word) + r"\s*[=:]?\s*" + re.escape(str(value)) + r"(?![\w.])"
+
+
+def type_name(value: object) -> str:
+    """A regex for the type of an offending non-tensor value as a whole word (``list``, ``ndarray``):
+    for a TypeError the type is what names the value."""
+    return names(type(value).__name__)
 
 
 def valid(case, device, dtype=torch.float32):
@@ -55,14 +68,14 @@ qkv = st.sampled_from(["q", "k", "v"])
 def test_non_tensor_input(case, name, kind, device):
     args = valid(case, device)
     t = args[name]
-    args[name] = {
+    args[name] = bad = {
         "list": t.tolist(),
         "float": 1.0,
         "None": None,
         "str": name,
         "numpy": t.cpu().numpy(),
     }[kind]
-    with pytest.raises(ERRORS, match=names(name)):
+    with pytest.raises(ERRORS, match=mentions_all(names(name), type_name(bad))):
         call(args)
 
 
@@ -142,9 +155,9 @@ def test_sinks_of_the_wrong_shape(case, data, device):
 @given(case=small_cases, kind=st.sampled_from(["list", "float", "numpy"]))
 def test_sinks_not_a_tensor(case, kind, device):
     args = valid(case, device)
-    bad = {"list": [0.0] * case.n_heads, "float": 0.0, "numpy": torch.zeros(case.n_heads).numpy()}
-    args["sinks"] = bad[kind]
-    with pytest.raises(ERRORS, match=names("sinks")):
+    bad = {"list": [0.0] * case.n_heads, "float": 0.0, "numpy": torch.zeros(case.n_heads).numpy()}[kind]
+    args["sinks"] = bad
+    with pytest.raises(ERRORS, match=mentions_all(names("sinks"), type_name(bad))):
         call(args)
 
 
@@ -170,11 +183,21 @@ def test_mixed_dtypes(case, name, odd, device):
         call(args)
 
 
-@pytest.mark.req("ERR-1")
-@given(case=small_cases, window=st.one_of(st.integers(-5, 0), st.sampled_from([2.0, 1.5, "3", True, False])))
-def test_bad_window(case, window, device):
+@pytest.mark.req("ERR-1", "MASK-2")
+@given(case=small_cases, window=st.integers(-5, 0))
+def test_window_below_one(case, window, device):
+    # DESIGN: W < 1 is a ValueError; the message names the window and its value.
     args = valid(case, device)
-    with pytest.raises(ERRORS, match=names("window")):
+    with pytest.raises(ValueError, match=names_value("window", window)):
+        call(args, window=window)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, window=st.sampled_from([2.0, 1.5, "3", True, False, [2]]))
+def test_window_not_an_int(case, window, device):
+    # bool is an int subclass but not a window; the message names the window, its type and value.
+    args = valid(case, device)
+    with pytest.raises(ERRORS, match=mentions_all(names("window"), type_name(window), re.escape(repr(window)))):
         call(args, window=window)
 
 
@@ -182,8 +205,9 @@ def test_bad_window(case, window, device):
 @given(case=small_cases, window=st.integers(1, 6))
 def test_window_without_the_causal_mask(case, window, device):
     # A sliding window is causal by definition; asking for one without the causal mask is an error.
+    # The message names both arguments, causal with a Python bool value (what to pass).
     args = valid(case, device)
-    with pytest.raises(ERRORS, match=names("window")):
+    with pytest.raises(ERRORS, match=mentions_all(names("window"), r"\bcausal\s*=\s*(True|False)\b")):
         call(args, causal=False, window=window)
 
 
@@ -196,3 +220,51 @@ def test_mixed_devices(case, name):
     args[name] = args[name].to("cuda")
     with pytest.raises(ERRORS, match=mentions_all(names(name), "cuda")):
         call(args)
+
+
+@pytest.mark.req("ERR-1")
+@given(case=small_cases, name=st.sampled_from(["q", "k", "v", "sinks"]))
+def test_mixed_devices_meta(case, name, device):
+    # The "meta" device exists in every torch build, so a second device is always at hand:
+    # one of q, k, v, sinks on it, the rest on the test device.  The message names the
+    # argument and the odd device.
+    args = valid(replace(case, use_sinks=True), device)
+    args[name] = args[name].to("meta")
+    with pytest.raises(ERRORS, match=mentions_all(names(name), names("meta"))):
+        call(args)
+
+
+# Zero-size dimensions, each alone: (what, {argument: axis set to 0}).  One empty tensor among
+# valid ones must raise just as well as all three empty.
+EMPTY_AXES = [
+    ("B", {"q": 0, "k": 0, "v": 0}),
+    ("Hq", {"q": 1}),
+    ("Tq", {"q": 2}),
+    ("d", {"q": 3, "k": 3}),
+    ("Hkv", {"k": 1, "v": 1}),
+    ("Tk", {"k": 2, "v": 2}),
+    ("dv", {"v": 3}),
+]
+
+
+@pytest.mark.req("ERR-1")
+@pytest.mark.parametrize("axes", [a for _, a in EMPTY_AXES], ids=[w for w, _ in EMPTY_AXES])
+@given(case=small_cases)
+def test_empty_dimension(axes, case, device):
+    args = valid(replace(case, use_sinks=False), device)
+    for name, axis in axes.items():
+        args[name] = resized(args[name], axis, 0)
+    shapes = [names_value(name, tuple(args[name].shape)) for name in axes]
+    with pytest.raises(ERRORS, match=mentions_all(*shapes)):
+        call(args)
+
+
+@pytest.mark.req("ERR-1", "ATTN-1")
+@pytest.mark.parametrize("causal, window", [(True, None), (True, 1), (False, None)])
+def test_smallest_valid_input_is_accepted(causal, window, device):
+    # Nothing narrower is refused: B = Hq = Hkv = Tq = Tk = d = dv = 1 runs, and the one key
+    # takes all the weight, so the output is v itself.
+    q, k, v = (torch.randn(1, 1, 1, 1, device=device) for _ in range(3))
+    out, w = sdpa(q, k, v, causal=causal, window=window, return_weights=True)
+    assert_exactly_equal(w, torch.ones_like(w), f"weight of the only key (causal={causal}, W={window})")
+    assert_exactly_equal(out, v, f"output over one key (causal={causal}, W={window})")

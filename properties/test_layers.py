@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from torch.func import functional_call
 
 from impl import FeedForward, RMSNorm, apply_rope, default_ffn_hidden, merge_heads, split_heads
 from properties.hypothesis_helpers import low_precision_dtypes, randomize_, seeded_randn, seeds
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, message_names
 from specs.oracle import ffn_oracle, rms_norm_oracle
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
@@ -57,35 +57,35 @@ def test_merge_heads_concatenates_heads_and_inverts_split(device, batch, seq, n_
     assert_exactly_equal(split_heads(merged, n_heads), heads, "split_heads(merge_heads(h))")
 
 
-@pytest.mark.req("HEAD-1")
+@pytest.mark.req("HEAD-1", "ERR-1")
 @given(width=st.integers(1, 24), n_heads=st.integers(1, 7))
 def test_split_heads_rejects_indivisible_widths(device, width, n_heads):
     x = torch.zeros(1, 2, width, device=device)
     if width % n_heads == 0:
         assert split_heads(x, n_heads).shape == (1, n_heads, 2, width // n_heads)
     else:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=message_names(f"n_heads={n_heads}", str(width))):
             split_heads(x, n_heads)
 
 
-@pytest.mark.req("HEAD-1")
+@pytest.mark.req("HEAD-1", "ERR-1")
 @pytest.mark.parametrize("shape", [(6,), (2, 6), (1, 2, 3, 6)])
 def test_split_heads_rejects_wrong_ranks(device, shape):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message_names(shape)):
         split_heads(torch.zeros(shape, device=device), 2)
 
 
-@pytest.mark.req("HEAD-1")
+@pytest.mark.req("HEAD-1", "ERR-1")
 @pytest.mark.parametrize("shape", [(6,), (2, 6), (1, 2, 6), (1, 1, 2, 3, 6)])
 def test_merge_heads_rejects_wrong_ranks(device, shape):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message_names(shape)):
         merge_heads(torch.zeros(shape, device=device))
 
 
-@pytest.mark.req("HEAD-1")
+@pytest.mark.req("HEAD-1", "ERR-1")
 @pytest.mark.parametrize("n_heads", [0, -2])
 def test_split_heads_rejects_non_positive_head_counts(device, n_heads):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message_names(f"n_heads={n_heads}")):
         split_heads(torch.zeros(1, 2, 4, device=device), n_heads)
 
 
@@ -140,6 +140,48 @@ def test_rms_norm_is_invariant_to_positive_rescaling(device, dim, scale, eps, se
         )
 
 
+@pytest.mark.req("NORM-1")
+@given(dim=st.integers(1, 16), scale=st.sampled_from([1e-3, 1e-2, 1.0]), seed=seeds)
+def test_rms_norm_default_eps_is_1e_5(device, dim, scale, seed):
+    """RMSNorm(dim) is the oracle with eps = 1e-5; inputs of RMS ~ 1e-3 make eps matter."""
+    norm = randomize_(RMSNorm(dim), seed).to(device=device, dtype=torch.float64)
+    x = seeded_randn(seed + 1, 2, 3, dim, device=device) * scale
+    with torch.no_grad():
+        out = norm(x)
+    golden = rms_norm_oracle(x, norm.weight, 1e-5)
+    assert_golden(out, golden, golden, f"RMSNorm({dim}) with the default eps, |x| ~ {scale}")
+
+
+@pytest.mark.req("NORM-1")
+@given(
+    dim=st.integers(1, 16),
+    magnitude=st.sampled_from([300.0, 1000.0, 3000.0]),
+    eps=norm_eps,
+    seed=seeds,
+)
+def test_rms_norm_of_large_fp16_inputs_is_finite_and_accurate(device, dim, magnitude, eps, seed):
+    """fp16 inputs whose squares exceed the fp16 range (65504) are normalised in float32:
+    the fp16 output is finite and as close to the float64 oracle as rounding the float32
+    result to fp16 allows."""
+    norm = randomize_(RMSNorm(dim, eps=eps), seed).to(device=device, dtype=torch.float16)
+    x = (seeded_randn(seed + 1, 2, 3, dim, device=device) * magnitude).to(torch.float16)
+    x[..., 0] = magnitude  # at least one square per row overflows fp16
+    with torch.no_grad():
+        out = norm(x)
+    assert out.dtype == torch.float16, f"RMSNorm of fp16 input returned {out.dtype}"
+    assert torch.isfinite(out).all(), f"RMSNorm of fp16 inputs of size {magnitude} is not finite"
+    golden = rms_norm_oracle(x, norm.weight, eps)
+    ref_lowp = rms_norm_oracle(x, norm.weight, eps, dtype=torch.float32).to(torch.float16)
+    assert_golden(out, golden, ref_lowp, f"RMSNorm(eps={eps}) of fp16 inputs of size {magnitude}")
+
+
+@pytest.mark.req("NORM-1", "ERR-1")
+@pytest.mark.parametrize("dim", [0, -3])
+def test_rms_norm_rejects_a_non_positive_dim(dim):
+    with pytest.raises(ValueError, match=message_names("dim", dim)):
+        RMSNorm(dim)
+
+
 # --------------------------------------------------------------------------- FFN-1
 
 
@@ -183,7 +225,21 @@ def test_ffn_default_hidden_width(d_model, activation):
 
 
 @pytest.mark.req("FFN-1")
+@given(d_model=st.integers(1, 12), hidden=st.one_of(st.none(), st.integers(1, 20)), seed=seeds)
+def test_ffn_default_activation_is_swiglu(device, d_model, hidden, seed):
+    ffn = randomize_(FeedForward(d_model, hidden), seed).to(device=device, dtype=torch.float64)
+    assert ffn.w3 is not None, "FeedForward built without an activation has no gate W3 (not SwiGLU)"
+    x = seeded_randn(seed + 1, 2, 3, d_model, device=device)
+    with torch.no_grad():
+        out = ffn(x)
+    golden = ffn_oracle(x, ffn.w1.weight, ffn.w2.weight, ffn.w3.weight, "swiglu")
+    assert_golden(out, golden, golden, f"FeedForward({d_model}, {hidden}) vs the SwiGLU oracle")
+
+
+@pytest.mark.req("FFN-1", "ERR-1")
 @given(d_model=st.integers(1, 12), hidden=st.integers(1, 20), activation=activations)
+@example(d_model=4, hidden=1, activation="relu")
+@example(d_model=1, hidden=1, activation="swiglu")
 def test_ffn_honours_an_explicit_hidden_width(d_model, hidden, activation):
     ffn = FeedForward(d_model, hidden, activation)
     assert ffn.w1.weight.shape == (hidden, d_model) and ffn.w2.weight.shape == (d_model, hidden)
@@ -196,10 +252,11 @@ def test_ffn_rejects_an_unknown_activation(activation):
         FeedForward(8, activation=activation)
 
 
-@pytest.mark.req("FFN-1")
+@pytest.mark.req("FFN-1", "ERR-1")
 @pytest.mark.parametrize(("d_model", "hidden"), [(0, 4), (8, 0), (8, -1)])
 def test_ffn_rejects_non_positive_sizes(d_model, hidden):
-    with pytest.raises(ValueError):
+    bad = f"d_model={d_model}" if d_model < 1 else f"hidden={hidden}"
+    with pytest.raises(ValueError, match=message_names(bad)):
         FeedForward(d_model, hidden, "relu")
 
 

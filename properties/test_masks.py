@@ -6,9 +6,11 @@ key from the formula) and states one law of its own that does not go through the
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from impl import additive_mask, attention_mask, layer_window
@@ -23,6 +25,11 @@ def mask_shapes(draw: st.DrawFn, max_t: int = 16) -> tuple[int, int]:
     tk = draw(st.integers(1, max_t))
     tq = draw(st.one_of(st.just(tk), st.just(1), st.integers(1, tk)))
     return tq, tk
+
+
+def names_value(word: str, value: int) -> str:
+    """A regex for the argument ``word`` followed by its value (``tq=0``, ``tk: -2``)."""
+    return rf"(?<![A-Za-z_]){re.escape(word)}\s*[=:]?\s*{re.escape(str(value))}(?![\w.])"
 
 
 windows = st.one_of(st.just(1), st.integers(1, 20))
@@ -78,6 +85,28 @@ def test_non_causal_mask_allows_everything(shape, device):
     mask = attention_mask(tq, tk, causal=False, device=device).cpu()
     assert_exactly_equal(mask, mask_oracle(tq, tk, causal=False), f"non-causal mask tq={tq} tk={tk}")
     assert bool(mask.all()), "causal=False must allow every (query, key) pair"
+
+
+@pytest.mark.req("ERR-1", "MASK-1")
+@example(sizes=(0, 3))
+@example(sizes=(3, 0))
+@example(sizes=(0, 0))
+@example(sizes=(1, -1))
+@given(sizes=st.tuples(st.integers(-3, 6), st.integers(-3, 6)).filter(lambda s: min(s) < 1))
+def test_mask_sizes_below_one_are_refused(sizes, device):
+    # One size below 1 is enough (the other may be valid); the message names both sizes.
+    tq, tk = sizes
+    with pytest.raises(ValueError, match=names_value("tq", tq)) as info:
+        attention_mask(tq, tk, device=device)
+    assert re.search(names_value("tk", tk), str(info.value)), f"message {info.value!r} does not name tk={tk}"
+
+
+@pytest.mark.req("ERR-1", "MASK-1", "MASK-2")
+@pytest.mark.parametrize("causal, window", [(True, None), (True, 1), (True, 2), (False, None)])
+def test_smallest_mask_is_one_allowed_pair(causal, window, device):
+    # Nothing narrower is refused: the 1 x 1 mask lets the one query see the one key.
+    mask = attention_mask(1, 1, causal=causal, window=window, device=device).cpu()
+    assert_exactly_equal(mask, torch.ones(1, 1, dtype=torch.bool), f"1 x 1 mask (causal={causal}, W={window})")
 
 
 # --- MASK-2: sliding window ---------------------------------------------------------------

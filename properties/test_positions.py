@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl import (
@@ -22,7 +23,13 @@ from impl import (
     sinusoidal_positional_encoding,
 )
 from properties.hypothesis_helpers import block_cases, randomize_, seeded_randn, seeds
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, block_oracle
+from properties.pytest_helpers import (
+    assert_close,
+    assert_exactly_equal,
+    assert_golden,
+    block_oracle,
+    message_names,
+)
 from specs.oracle import rope_oracle, sinusoidal_oracle
 
 head_dims = st.integers(1, 8).map(lambda half: 2 * half)
@@ -107,6 +114,7 @@ def test_rope_matches_the_oracle_at_drawn_positions(device, d, t, data, dtype, s
     positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
     x = seeded_randn(seed, 2, 2, t, d, device=device, dtype=dtype)
     out = _rope_at(x, positions)
+    assert out.dtype == dtype, f"apply_rope of a {dtype} input returned {out.dtype}"
     golden = rope_oracle(x, positions)
     ref_lowp = rope_oracle(x, positions, dtype=dtype)
     assert_golden(out, golden, ref_lowp, f"apply_rope at positions {positions}")
@@ -137,6 +145,44 @@ def test_rope_rotates_each_token_by_its_own_position(device, d, t, seed):
     for r in range(t):
         alone = apply_rope(x[..., r : r + 1, :], torch.tensor([3 + r], device=device))
         assert_close(whole[..., r : r + 1, :], alone, f"token {r} of the sequence vs alone")
+
+
+@pytest.mark.req("ROPE-3", "ERR-1")
+@given(d=head_dims, t=st.integers(1, 6), offset=st.integers(0, 100), dtype=float_dtypes, seed=seeds)
+def test_rope_accepts_a_two_dimensional_input(device, d, t, offset, dtype, seed):
+    """(T, d) is the narrowest input RoPE takes: it is rotated like one row of a batch."""
+    x = seeded_randn(seed, t, d, device=device, dtype=dtype)
+    out = apply_rope(x, offset=offset)
+    assert out.shape == (t, d) and out.dtype == dtype
+    positions = list(range(offset, offset + t))
+    what = f"apply_rope of a ({t}, {d}) input at offset {offset}"
+    assert_golden(out, rope_oracle(x, positions), rope_oracle(x, positions, dtype=dtype), what)
+    assert_exactly_equal(out, apply_rope(x[None], offset=offset)[0], "2-D input vs the same rows in 3-D")
+
+
+@pytest.mark.req("ERR-1")
+@pytest.mark.parametrize("shape", [(), (4,), (1,)])
+def test_rope_refuses_fewer_than_two_dimensions(device, shape):
+    with pytest.raises(ValueError, match=message_names(shape)):
+        apply_rope(torch.zeros(shape, device=device))
+
+
+@pytest.mark.req("ERR-1")
+@given(d=head_dims, t=st.integers(1, 5), data=st.data())
+def test_rope_refuses_positions_of_the_wrong_shape(device, d, t, data):
+    shape = data.draw(
+        st.one_of(
+            st.integers(0, 8).filter(lambda n: n != t).map(lambda n: (n,)),
+            st.just(()),
+            st.just((1, t)),
+            st.just((t, 1)),
+        ),
+        label="positions shape",
+    )
+    x = torch.zeros(2, t, d, device=device)
+    positions = torch.zeros(shape, dtype=torch.long, device=device)
+    with pytest.raises(ValueError, match=message_names("positions", (t,), shape)):
+        apply_rope(x, positions)
 
 
 # --------------------------------------------------------------------------- ROPE-4
@@ -214,7 +260,34 @@ def test_sinusoidal_chapter_example(delta, expected):
 def test_sinusoidal_table_matches_the_oracle(seq_len, half):
     pe = sinusoidal_positional_encoding(seq_len, 2 * half)
     assert pe.shape == (seq_len, 2 * half)
+    assert pe.dtype == torch.get_default_dtype(), f"table in {pe.dtype}, default is {torch.get_default_dtype()}"
     assert_close(pe, sinusoidal_oracle(seq_len, 2 * half), f"sinusoidal table ({seq_len}, {2 * half})")
+
+
+@lru_cache(maxsize=4)
+def _sinusoidal_golden(seq_len: int, d_model: int) -> torch.Tensor:
+    return sinusoidal_oracle(seq_len, d_model)
+
+
+@pytest.mark.req("PE-2")
+@pytest.mark.parametrize("default_dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("seq_len", "d_model"), [(4096, 8), (2500, 20)])
+def test_sinusoidal_table_is_accurate_in_the_default_dtype_at_positions_in_the_thousands(
+    default_dtype, seq_len, d_model
+):
+    """Angles p*w_i of a few thousand radians need float64: in float32 they are off by
+    ~1e-5..1e-4, so the table must be computed in float64 and only then cast; the error
+    allowed is that of rounding the exact table to the default dtype (tolerance policy)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(default_dtype)
+    try:
+        pe = sinusoidal_positional_encoding(seq_len, d_model)
+    finally:
+        torch.set_default_dtype(previous)
+    assert pe.dtype == default_dtype, f"table in {pe.dtype} under default dtype {default_dtype}"
+    golden = _sinusoidal_golden(seq_len, d_model)
+    what = f"sinusoidal table ({seq_len}, {d_model}) in {default_dtype}"
+    assert_golden(pe, golden, golden.to(default_dtype), what)
 
 
 # --------------------------------------------------------------------------- PE-3
@@ -230,6 +303,23 @@ def test_learned_table_returns_rows_offset_onwards(device, max_len, d_model, dat
     assert rows.shape == (seq_len, d_model)
     expected = torch.stack([emb.table[offset + r] for r in range(seq_len)])
     assert_exactly_equal(rows, expected, f"rows {offset}..{offset + seq_len - 1} of the table")
+    first = torch.stack([emb.table[r] for r in range(seq_len)])
+    assert_exactly_equal(emb(seq_len), first, f"emb({seq_len}) without an offset: rows 0..{seq_len - 1}")
+
+
+@pytest.mark.req("PE-3")
+@settings(max_examples=5)
+@given(seed=seeds)
+def test_learned_table_is_initialised_from_n_0_0_02_squared(seed):
+    """Sample mean and std of a fresh 256 x 64 table: the std of a sample std of n normals is
+    about std/sqrt(2n) (0.55 % here), so the 10 % band is some 18 standard errors wide."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        table = LearnedPositionalEmbedding(256, 64).table.detach().double()
+    n = table.numel()
+    std, mean = table.std().item(), table.mean().item()
+    assert abs(std - 0.02) <= 0.002, f"learned table initialised with std {std:.5f}, expected 0.02"
+    assert abs(mean) <= 6 * 0.02 / math.sqrt(n), f"learned table initialised with mean {mean:.2e}, expected 0"
 
 
 @pytest.mark.req("PE-3")
@@ -238,21 +328,24 @@ def test_learned_table_refuses_positions_at_or_past_t_max(device, max_len, d_mod
     emb = LearnedPositionalEmbedding(max_len, d_model).to(device)
     offset = data.draw(st.integers(0, max_len + 3), label="offset")
     seq_len = data.draw(st.integers(max(1, max_len - offset + 1), max_len + 5), label="seq_len")
-    with pytest.raises(ValueError, match="T_max"):
+    refused = f"{offset}..{offset + seq_len - 1}"  # the positions asked for
+    with pytest.raises(ValueError, match=message_names(refused, f"T_max={max_len}")):
         emb(seq_len, offset)
 
 
-@pytest.mark.req("PE-3")
+@pytest.mark.req("PE-3", "ERR-1")
 @pytest.mark.parametrize(("max_len", "d_model"), [(0, 4), (-1, 4), (4, 0), (4, -2)])
 def test_learned_table_rejects_bad_sizes(max_len, d_model):
-    with pytest.raises(ValueError):
+    name, value = ("max_len", max_len) if max_len < 1 else ("d_model", d_model)
+    with pytest.raises(ValueError, match=message_names(name, value)):
         LearnedPositionalEmbedding(max_len, d_model)
 
 
-@pytest.mark.req("PE-3")
+@pytest.mark.req("PE-3", "ERR-1")
 @pytest.mark.parametrize(("seq_len", "offset"), [(0, 0), (-1, 0), (2, -1)])
 def test_learned_table_rejects_bad_lengths(seq_len, offset):
-    with pytest.raises(ValueError):
+    name, value = ("seq_len", seq_len) if seq_len < 1 else ("offset", offset)
+    with pytest.raises(ValueError, match=message_names(name, value)):
         LearnedPositionalEmbedding(8, 4)(seq_len, offset)
 
 
