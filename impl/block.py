@@ -41,8 +41,12 @@ class ModelConfig:
         self.validate()
 
     def validate(self) -> None:
-        for name in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers"):
-            value = getattr(self, name)
+        sizes = {
+            name: getattr(self, name) for name in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers")
+        }
+        if self.ffn_hidden is not None:
+            sizes["ffn_hidden"] = self.ffn_hidden
+        for name, value in sizes.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.n_heads % self.n_kv_heads != 0:
@@ -55,8 +59,10 @@ class ModelConfig:
         check_window(self.window)
         if self.window_layers not in WINDOW_LAYERS:
             raise ValueError(f"window_layers must be one of {WINDOW_LAYERS}, got {self.window_layers!r}")
-        if self.ffn_hidden is not None and self.ffn_hidden < 1:
-            raise ValueError(f"ffn_hidden must be a positive int or None, got {self.ffn_hidden!r}")
+        if not self.norm_eps >= 0:
+            raise ValueError(f"norm_eps must be >= 0, got {self.norm_eps!r}")
+        if not self.rope_base > 0:
+            raise ValueError(f"rope_base must be > 0, got {self.rope_base!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
 

@@ -24,7 +24,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return (normed * self.weight.to(normed.dtype)).to(x.dtype)
+        return (normed * self.weight).to(x.dtype)
 
 
 def default_ffn_hidden(d_model: int, activation: str) -> int:

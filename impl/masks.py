@@ -37,7 +37,7 @@ def attention_mask(
     if tq < 1 or tk < 1:
         raise ValueError(f"mask sizes must be >= 1, got tq={tq}, tk={tk}")
     if window is not None and not causal:
-        raise ValueError("a sliding window is causal: pass causal=True with window")
+        raise ValueError(f"a sliding window is causal: got window={window} with causal={causal}")
     if not causal:
         return torch.ones(tq, tk, dtype=torch.bool, device=device)
     query_pos = torch.arange(tk - tq, tk, device=device).unsqueeze(1)  # (tq, 1), bottom-right

@@ -12,7 +12,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[t
         raise ValueError(f"RoPE needs an even head_dim >= 2, got head_dim={head_dim}")
     two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
     theta = base ** (-two_i / head_dim)  # (d/2,)
-    angles = positions.to(torch.float64)[:, None] * theta  # (T, d/2)
+    angles = positions[:, None] * theta  # (T, d/2), float64 (theta is)
     return torch.cos(angles), torch.sin(angles)
 
 
@@ -49,10 +49,10 @@ def sinusoidal_positional_encoding(seq_len: int, d_model: int) -> torch.Tensor:
         )
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     angles = torch.arange(seq_len)[:, None] * 10000.0 ** (-two_i / d_model)  # (T, D/2), float64
-    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe = torch.empty(seq_len, d_model)  # torch's default dtype; the angles round on assignment
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles)
-    return pe.to(torch.get_default_dtype())
+    return pe
 
 
 class LearnedPositionalEmbedding(nn.Module):

@@ -74,7 +74,8 @@ def _file_section(path: str, entry: dict) -> str:
     for number, text in enumerate(entry["source"].splitlines(), start=1):
         mutants = sorted(by_line.get(number, []), key=lambda m: STATUSES.index(m["status"]))
         css = "line hit" if mutants else "line"
-        rows.append(f'<div class="{css}"><span class="no">{number}</span><span class="src">{html.escape(text)}</span></div>')
+        source = f'<span class="no">{number}</span><span class="src">{html.escape(text)}</span>'
+        rows.append(f'<div class="{css}">{source}</div>')
         rows += [_mutant_row(m) for m in mutants]
     is_open = " open" if counts["Survived"] or counts["NoCoverage"] else ""
     return (
@@ -93,7 +94,8 @@ def render(report: dict, title: str = "attnspec mutation report") -> str:
         counts = Counter(m["status"] for m in entry["mutants"])
         total += counts
         cells = "".join(f"<td>{counts[s]}</td>" for s in STATUSES[:4])
-        table.append(f'<tr><td><a href="#{html.escape(path)}">{html.escape(path)}</a></td><td>{_score(counts)}</td>{cells}</tr>')
+        link = f'<a href="#{html.escape(path)}">{html.escape(path)}</a>'
+        table.append(f"<tr><td>{link}</td><td>{_score(counts)}</td>{cells}</tr>")
     cells = "".join(f"<td>{total[s]}</td>" for s in STATUSES[:4])
     table.append(f"<tr><th>all</th><th>{_score(total)}</th>{cells}</tr>")
     boxes = " ".join(

@@ -26,7 +26,9 @@ def _run_one(workspace: Path, env: dict[str, str], name: str, out_dir: Path) -> 
     subprocess.run(command, cwd=workspace / "mutants", env=env, capture_output=True, check=False)
 
 
-def kill_matrix(workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int) -> Matrix:
+def kill_matrix(
+    workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int
+) -> Matrix:
     """Run every catalogue mutant against the whole suite; ``env`` is the campaign's environment."""
     out_dir = workspace / "matrix"
     out_dir.mkdir(exist_ok=True)
@@ -73,7 +75,9 @@ def write_heatmap(matrix: Matrix, path: Path) -> bool:
     except ImportError:
         return False
     faults = [f for f in FAULTS if f.id in matrix]
-    requirements = sorted({rid for row in matrix.values() for rid in row} | {r for f in faults for r in f.kills})
+    requirements = sorted(
+        {rid for row in matrix.values() for rid in row} | {r for f in faults for r in f.kills}
+    )
     fastest = 0.005  # the colour scale's floor: a kill in 0.000 s is drawn as 5 ms
     grid = [[max(matrix[f.id].get(rid, float("nan")), fastest) for rid in requirements] for f in faults]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(requirements) + 2), 0.45 * len(faults) + 1.8))
@@ -81,10 +85,16 @@ def write_heatmap(matrix: Matrix, path: Path) -> bool:
     for i, fault in enumerate(faults):
         for j, rid in enumerate(requirements):
             if rid in fault.kills:
-                ax.plot(j, i, marker="o", markersize=3, color="red" if rid not in matrix[fault.id] else "white")
+                ax.plot(
+                    j, i, marker="o", markersize=3, color="red" if rid not in matrix[fault.id] else "white"
+                )
     ax.set_xticks(range(len(requirements)), requirements, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(faults)), [f"{f.id} {f.description.split(' (')[0][:44]}" for f in faults], fontsize=8)
-    ax.set_title("catalogue faults killed by requirement (colour: seconds to kill; dot: expected)", fontsize=9)
+    ax.set_yticks(
+        range(len(faults)), [f"{f.id} {f.description.split(' (')[0][:44]}" for f in faults], fontsize=8
+    )
+    ax.set_title(
+        "catalogue faults killed by requirement (colour: seconds to kill; dot: expected)", fontsize=9
+    )
     fig.colorbar(image, ax=ax, label="seconds of the fastest failing test")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

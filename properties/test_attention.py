@@ -367,6 +367,79 @@ def test_output_and_weight_shapes(case, data, device):
         assert t.device == q.device, f"{name} on {t.device}, inputs on {q.device}"
 
 
+@pytest.mark.req("ATTN-10")
+@given(
+    case=attn_cases(distinct=True),
+    causal=st.booleans(),
+    dtype=st.sampled_from([*FULL_PRECISION, *LOW_PRECISION]),
+)
+def test_output_and_weights_stay_on_the_device_of_q(case, causal, dtype):
+    # "meta" is a second device in every torch build (shapes and dtypes, no data), so this runs
+    # without a GPU: every mask, score and sink tensor must be made on q's device, and the
+    # results keep q's device, dtype and the (B,Hq,Tq,dv) / (B,Hq,Tq,Tk) shapes.
+    if not causal:
+        case = replace(case, window=None)
+    q, k, v, sinks = case.make("meta", dtype)
+    out, w = sdpa(q, k, v, causal=causal, window=case.window, sinks=sinks, return_weights=True)
+    for name, t, shape in (
+        ("output", out, (case.batch, case.n_heads, case.tq, case.dv)),
+        ("weights", w, (case.batch, case.n_heads, case.tq, case.tk)),
+    ):
+        assert t.device == q.device, f"{name} on {t.device}, inputs on {q.device} (causal={causal})"
+        assert t.dtype == dtype, f"{name} dtype {t.dtype} for {dtype} inputs"
+        assert tuple(t.shape) == shape, f"{name} shape {tuple(t.shape)}, expected {shape}"
+
+
+# --- ATTN-11: half precision is scored in float32 ----------------------------------------------
+
+FP16_MAX = torch.finfo(torch.float16).max  # 65504
+
+
+@st.composite
+def fp16_overflow_cases(draw: st.DrawFn) -> tuple[AttnCase, int]:
+    """A small attention problem with head_dim 64..256 and a count of "outlier" features."""
+    case = draw(attn_cases(max_t=6))
+    head_dim = draw(st.sampled_from([64, 128, 256]))
+    case = replace(case, batch=1, head_dim=head_dim, dv=min(case.dv, 4), magnitude=1.0)
+    return case, draw(st.sampled_from([1, 4, 16]))
+
+
+@pytest.mark.req("ATTN-11")
+@given(case_outliers=fp16_overflow_cases())
+def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
+    # A few outlier features of size a shared by every query and key (like the massive
+    # activations of real models) push every unscaled q.k past 65504, while the other features
+    # keep the softmax spread out.  In fp16 the scores would be inf and the output NaN; scored
+    # in float32 they stay finite and agree with the float64 oracle (on the same fp16 inputs)
+    # within the fp16 floor.  The inputs lie on a 1/8 grid, so every product and partial sum of
+    # q.k (< 2^18) is exact in float32 whatever order a matmul sums in: what is measured is the
+    # float32 scoring the requirement promises, not the summation order of the BLAS.
+    require_dtype(torch.float16, device)
+    case, n_outliers = case_outliers
+    q, k, v, sinks = case.make("cpu", torch.float64)
+    q, k = (torch.round(t * 8) / 8 for t in (q, k))
+    a = math.ceil(math.sqrt(FP16_MAX / n_outliers)) + 8  # n * a^2 > 65504 with room to spare
+    q[..., :n_outliers] = a
+    k[..., :n_outliers] = a
+    q, k, v, sinks = (
+        None if t is None else t.to(device=device, dtype=torch.float16) for t in (q, k, v, sinks)
+    )
+    dots = dot_products(q, k).cpu()[..., mask_oracle(case.tq, case.tk, window=case.window)]
+    assert dots.min().item() > FP16_MAX, (
+        f"the inputs must overflow fp16: smallest q.k {dots.min().item():.0f}"
+    )
+
+    kwargs = dict(window=case.window, sinks=sinks)
+    out, w = sdpa(q, k, v, return_weights=True, **kwargs)
+    what = f"fp16, d={case.head_dim}, {n_outliers} outliers of {a}, W={case.window}"
+    assert bool(torch.isfinite(out).all()), f"non-finite output ({what}): the scores overflowed"
+    assert bool(torch.isfinite(w).all()), f"non-finite weights ({what}): the scores overflowed"
+    golden_out, golden_w = attention_oracle(q, k, v, **kwargs)
+    # ref_lowp = golden: the bound is the fp16 floor alone (the oracle run in fp16 overflows).
+    assert_golden(out, golden_out, golden_out, f"output vs the oracle ({what})")
+    assert_golden(w, golden_w, golden_w, f"weights vs the oracle ({what})")
+
+
 # --- GRAD-1: gradients of the core ------------------------------------------------------------
 
 

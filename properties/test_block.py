@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
@@ -20,9 +20,9 @@ from properties.pytest_helpers import (
     assert_exactly_equal,
     assert_exactly_zero,
     assert_golden,
-    block_oracle,
+    message_names,
 )
-from specs.oracle import ffn_oracle, rms_norm_oracle
+from specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 MODULE_KINDS = ("attention", "transformer", "stack")
@@ -51,7 +51,105 @@ def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a != b).any(dim=-1).any(dim=0)
 
 
+# The oracles below read every size and switch from the CONFIG (and the layer index), and only
+# the learned parameters from the module: a module that ignored a config field (norm eps, RoPE
+# base, FFN width or activation, the window schedule) would otherwise agree with itself.
+
+
+def _scheduled_window(cfg: ModelConfig, layer_idx: int) -> int | None:
+    """MASK-4: the window on even layers (or on all layers), full attention elsewhere."""
+    return cfg.window if cfg.window_layers == "all" or layer_idx % 2 == 0 else None
+
+
+def _attention_oracle(
+    block: AttentionBlock,
+    cfg: ModelConfig,
+    layer_idx: int,
+    x: torch.Tensor,
+    offset: int = 0,
+    dtype=torch.float64,
+) -> torch.Tensor:
+    """specs.oracle.attention_block_oracle with the config's sizes, eps, base and window."""
+    return attention_block_oracle(
+        x,
+        norm_weight=block.norm.weight,
+        eps=cfg.norm_eps,
+        w_qkv=block.qkv.weight,
+        w_out=block.out.weight,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        window=_scheduled_window(cfg, layer_idx),
+        sinks=block.sinks,
+        offset=offset,
+        base=cfg.rope_base,
+        dtype=dtype,
+    )
+
+
+def _ffn_width(cfg: ModelConfig) -> int:
+    """FFN-1: the config's ffn_hidden, else 4D (ReLU/GELU) or 8D/3 rounded up to a multiple of 8."""
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    if cfg.activation == "swiglu":
+        at_least = -(-8 * cfg.d_model // 3)  # ceil(8D/3) in integers
+        return -(-at_least // 8) * 8
+    return 4 * cfg.d_model
+
+
+def _mlp_oracle(mlp: MLPBlock, cfg: ModelConfig, x: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+    """x + FFN(RMSNorm(x)) from the oracle's norm and FFN: the config's eps, activation and
+    width, the block's own weights."""
+    ffn = mlp.ffn
+    width = _ffn_width(cfg)
+    assert ffn.w1.weight.shape == (width, cfg.d_model), (
+        f"MLPBlock W1 is {tuple(ffn.w1.weight.shape)}, config asks for ({width}, {cfg.d_model})"
+    )
+    w3 = ffn.w3.weight if cfg.activation == "swiglu" else None
+    normed = rms_norm_oracle(x, mlp.norm.weight, cfg.norm_eps, dtype=dtype)
+    branch = ffn_oracle(normed, ffn.w1.weight, ffn.w2.weight, w3, cfg.activation, dtype)
+    return x.detach().cpu().to(dtype) + branch
+
+
 # --------------------------------------------------------------------------- BLOCK-1
+
+
+# Explicit examples (run first, and under the mutation profile too) where each config field
+# the block must honour makes a visible difference: eps near the inputs' mean square, a RoPE
+# base far from 10000 with head_dim >= 4, a non-default FFN width, a non-default activation.
+_EPS_BASE_CASE = BlockCase(
+    d_model=12,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=4,
+    n_layers=1,
+    window=3,
+    window_layers="even",
+    use_sinks=True,
+    activation="relu",
+    batch=2,
+    seq=6,
+    seed=11,
+    norm_eps=0.5,
+    rope_base=10.0,
+    ffn_hidden=3,
+)
+_WIDTH_CASE = replace(
+    _EPS_BASE_CASE,
+    d_model=8,
+    n_heads=2,
+    n_kv_heads=1,
+    head_dim=8,
+    window=None,
+    window_layers="all",
+    use_sinks=False,
+    activation="gelu",
+    batch=1,
+    seed=12,
+    norm_eps=1e-2,
+    rope_base=500000.0,
+    ffn_hidden=1,
+)
 
 
 @pytest.mark.req("BLOCK-1")
@@ -61,46 +159,70 @@ def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     offset=st.sampled_from([0, 0, 1, 5, 300]),
     dtype=float_dtypes,
 )
+@example(case=_EPS_BASE_CASE, layer_idx=0, offset=0, dtype=torch.float64)
+@example(case=_WIDTH_CASE, layer_idx=1, offset=5, dtype=torch.float32)
 def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offset, dtype):
+    """The block equals the oracle built from the config's eps, RoPE base and window schedule."""
     block = _build("attention", case, layer_idx, device, dtype)
+    cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
         out = block(x, offset=offset)
     assert out.dtype == dtype
-    golden = block_oracle(block, x, offset)
-    ref_lowp = block_oracle(block, x, offset, dtype=dtype)
-    assert_golden(out, golden, ref_lowp, f"AttentionBlock(layer {layer_idx}, offset {offset}) vs oracle")
-
-
-def _mlp_oracle(mlp: MLPBlock, x: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """x + FFN(RMSNorm(x)) from the oracle's norm and FFN, fed the block's own weights."""
-    ffn = mlp.ffn
-    w3 = ffn.w3.weight if ffn.w3 is not None else None
-    normed = rms_norm_oracle(x, mlp.norm.weight, mlp.norm.eps, dtype=dtype)
-    branch = ffn_oracle(normed, ffn.w1.weight, ffn.w2.weight, w3, ffn.activation, dtype)
-    return x.detach().cpu().to(dtype) + branch
+    golden = _attention_oracle(block, cfg, layer_idx, x, offset)
+    ref_lowp = _attention_oracle(block, cfg, layer_idx, x, offset, dtype=dtype)
+    what = f"AttentionBlock(layer {layer_idx}, offset {offset}, eps {cfg.norm_eps}, base {cfg.rope_base})"
+    assert_golden(out, golden, ref_lowp, f"{what} vs oracle")
 
 
 @pytest.mark.req("BLOCK-1", "FFN-1", "NORM-1")
 @given(case=block_cases(), dtype=float_dtypes)
+@example(case=_EPS_BASE_CASE, dtype=torch.float64)
+@example(case=_WIDTH_CASE, dtype=torch.float32)
 def test_mlp_block_is_pre_norm_with_a_residual(device, case, dtype):
+    """The MLP block equals the oracle built from the config's eps, FFN width and activation."""
     mlp = _build("mlp", case, 0, device, dtype)
+    cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
         out = mlp(x)
-    what = f"MLPBlock({case.activation}) vs oracle"
-    assert_golden(out, _mlp_oracle(mlp, x), _mlp_oracle(mlp, x, dtype), what)
+    assert out.dtype == dtype
+    what = f"MLPBlock({cfg.activation}, hidden {cfg.ffn_hidden}, eps {cfg.norm_eps}) vs oracle"
+    assert_golden(out, _mlp_oracle(mlp, cfg, x), _mlp_oracle(mlp, cfg, x, dtype), what)
+
+
+@pytest.mark.req("BLOCK-1", "FFN-1", "ERR-1")
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("ffn_hidden", [None, 1, 2, 13])
+def test_config_ffn_width_and_activation_reach_the_mlp_block(activation, ffn_hidden):
+    """Every positive width is accepted, 1 included, and the MLP block is built with it."""
+    cfg = ModelConfig(**{**VALID, "activation": activation, "ffn_hidden": ffn_hidden})
+    for mlp in (MLPBlock(cfg), TransformerBlock(cfg).mlp):
+        width = _ffn_width(cfg)
+        assert mlp.ffn.w1.weight.shape == (width, cfg.d_model), f"W1 {tuple(mlp.ffn.w1.weight.shape)}"
+        assert mlp.ffn.w2.weight.shape == (cfg.d_model, width), f"W2 {tuple(mlp.ffn.w2.weight.shape)}"
+        assert (mlp.ffn.w3 is not None) == (activation == "swiglu"), f"gate W3 with {activation}"
+        assert mlp.norm.eps == cfg.norm_eps
+    mlp = randomize_(MLPBlock(cfg).double(), 5)
+    x = torch.randn(2, 3, cfg.d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        out = mlp(x)
+    golden = _mlp_oracle(mlp, cfg, x)
+    assert_golden(out, golden, golden, f"MLPBlock({activation}, hidden {ffn_hidden}) vs oracle")
 
 
 @pytest.mark.req("BLOCK-1")
 @given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.sampled_from([0, 3]), dtype=float_dtypes)
+@example(case=_EPS_BASE_CASE, layer_idx=0, offset=0, dtype=torch.float64)
 def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset, dtype):
     block = _build("transformer", case, layer_idx, device, dtype)
+    cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
         out = block(x, offset)
-    golden = _mlp_oracle(block.mlp, block_oracle(block.attn, x, offset))
-    ref_lowp = _mlp_oracle(block.mlp, block_oracle(block.attn, x, offset, dtype), dtype)
+    golden = _mlp_oracle(block.mlp, cfg, _attention_oracle(block.attn, cfg, layer_idx, x, offset))
+    lowp_attn = _attention_oracle(block.attn, cfg, layer_idx, x, offset, dtype)
+    ref_lowp = _mlp_oracle(block.mlp, cfg, lowp_attn, dtype)
     assert_golden(out, golden, ref_lowp, f"TransformerBlock(layer {layer_idx}) vs oracle attention then MLP")
 
 
@@ -249,13 +371,39 @@ VALID = {"d_model": 8, "n_heads": 4, "n_kv_heads": 2, "head_dim": 4, "n_layers":
         {"window_layers": "none"},
         {"activation": "tanh"},
         {"activation": "SwiGLU"},
+        {"norm_eps": -1e-6},
+        {"norm_eps": float("nan")},
+        {"rope_base": 0.0},
+        {"rope_base": -10000.0},
     ],
     ids=lambda bad: ",".join(f"{k}={v}" for k, v in bad.items()),
 )
 def test_model_config_rejects_bad_settings(bad):
+    """ValueError at construction, naming each offending field and its value."""
     ModelConfig(**VALID)  # the base is valid: the override alone is at fault
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message_names(*bad, *(repr(v) for v in bad.values()))):
         ModelConfig(**{**VALID, **bad})
+
+
+SIZE_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "ffn_hidden")
+
+
+@pytest.mark.req("ERR-2")
+def test_model_config_accepts_the_edges_of_its_ranges():
+    """Nothing narrower than the stated ranges is refused: eps 0, a tiny base, width 1."""
+    ModelConfig(**{**VALID, "norm_eps": 0.0, "rope_base": 1e-3, "ffn_hidden": 1})
+
+
+@pytest.mark.req("ERR-2")
+@pytest.mark.parametrize("name", SIZE_FIELDS)
+@pytest.mark.parametrize("value", [True, False, 4.0, 2.5, "4", None], ids=repr)
+def test_model_config_rejects_bool_and_non_int_sizes(name, value):
+    """A bool is not a size (True would pass as 1), nor is a float or a string, however integral."""
+    if name == "ffn_hidden" and value is None:
+        ModelConfig(**{**VALID, name: value})  # None asks for the default width
+        return
+    with pytest.raises(ValueError, match=message_names(name, repr(value))):
+        ModelConfig(**{**VALID, name: value})
 
 
 @pytest.mark.req("ERR-2")
@@ -264,10 +412,10 @@ def test_model_config_checks_head_counts_and_head_dim(n_heads, n_kv_heads, half,
     head_dim = 2 * half + (1 if odd else 0)
     kwargs = {**VALID, "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": head_dim}
     if n_heads % n_kv_heads != 0:
-        with pytest.raises(ValueError, match="n_kv_heads"):
+        with pytest.raises(ValueError, match=message_names(f"n_heads={n_heads}", f"n_kv_heads={n_kv_heads}")):
             ModelConfig(**kwargs)
     elif odd:
-        with pytest.raises(ValueError, match="head_dim"):
+        with pytest.raises(ValueError, match=message_names(f"head_dim={head_dim}")):
             ModelConfig(**kwargs)
     else:
         AttentionBlock(ModelConfig(**kwargs))  # builds
@@ -279,7 +427,7 @@ def test_model_config_checks_head_counts_and_head_dim(n_heads, n_kv_heads, half,
     value=st.integers(-5, 0),
 )
 def test_model_config_rejects_non_positive_sizes(name, value):
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=message_names(name, value)):
         ModelConfig(**{**VALID, name: value})
 
 
@@ -289,7 +437,7 @@ def test_model_config_rejects_non_positive_sizes(name, value):
 def test_blocks_reject_inputs_of_the_wrong_shape(device, kind, shape):
     case = BlockCase(8, 4, 2, 4, 2, 3, "even", True, "swiglu", 1, 5, 0)
     module = _build(kind, case, 0, device, torch.float32)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message_names("x", shape)):
         module(torch.zeros(shape, device=device))
 
 
@@ -309,6 +457,27 @@ def test_window_sits_on_even_layers_under_the_default_schedule(window, n_layers)
     assert [blk.attn.window for blk in stack.blocks] == expected
     every = TransformerStack(replace(cfg, window_layers="all"))
     assert [blk.attn.window for blk in every.blocks] == [window] * n_layers
+
+
+@pytest.mark.req("MASK-4")
+@given(case=block_cases(), window=st.integers(1, 3), data=st.data())
+def test_a_block_built_without_a_layer_index_is_layer_0(device, case, window, data):
+    """AttentionBlock(cfg) and TransformerBlock(cfg) behave exactly as layer 0 (windowed under
+    the default schedule), and not as layer 1 (full attention) once T exceeds the window."""
+    seq = data.draw(st.integers(window + 1, 8), label="seq")
+    case = replace(case, window=window, window_layers="even", seq=seq)
+    cfg = case.config()
+    x = case.input(device, torch.float64)
+    for kind, make in (("AttentionBlock", AttentionBlock), ("TransformerBlock", TransformerBlock)):
+        default = randomize_(make(cfg).to(device=device, dtype=torch.float64), case.seed + 1)
+        layer0 = make(cfg, 0).to(device=device, dtype=torch.float64)
+        layer1 = make(cfg, 1).to(device=device, dtype=torch.float64)
+        layer0.load_state_dict(default.state_dict())
+        layer1.load_state_dict(default.state_dict())
+        with torch.no_grad():
+            out, out0, out1 = default(x), layer0(x), layer1(x)
+        assert_exactly_equal(out, out0, f"{kind}(cfg) vs {kind}(cfg, 0)")
+        assert not torch.equal(out0, out1), f"{kind}: layer 0 (W={window}) and layer 1 agree at T={seq}"
 
 
 @pytest.mark.req("MASK-4", "MASK-2")

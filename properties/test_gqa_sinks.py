@@ -6,20 +6,22 @@ Sinks: one logit per query head, an extra softmax column that only takes mass aw
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
-from properties.hypothesis_helpers import attn_cases, seeds
-from properties.pytest_helpers import assert_close, assert_exactly_equal, sink_probability
-from specs.oracle import mask_oracle
+from properties.hypothesis_helpers import LOW_PRECISION, AttnCase, attn_cases, low_precision_dtypes, seeds
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
+from specs.oracle import attention_oracle, mask_oracle
 
 FULL_PRECISION = (torch.float64, torch.float32)
+FLOAT_DTYPES = (*FULL_PRECISION, *LOW_PRECISION)
 
 
 # --- local helpers -------------------------------------------------------------------------
@@ -32,6 +34,12 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
     case = draw(attn_cases(**kwargs))
     n_kv = draw(st.integers(2, 3))
     return replace(case, n_kv_heads=n_kv, n_heads=n_kv * draw(st.integers(2, 3)))
+
+
+@functools.cache
+def runs_on(device: torch.device) -> tuple[torch.dtype, ...]:
+    """The float dtypes whose matmul runs on ``device``."""
+    return (*FULL_PRECISION, *low_precision_dtypes(device))
 
 
 # --- GQA-1 ---------------------------------------------------------------------------------
@@ -137,6 +145,35 @@ def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device)
     plain = sdpa(q, k, v, window=case.window)
     heads = torch.nonzero(off).flatten().tolist()
     assert_close(out[:, off], plain[:, off], f"heads {heads} with a -inf sink vs no sinks")
+
+
+@pytest.mark.req("ATTN-10", "ATTN-4")
+@example(
+    case=AttnCase(
+        batch=1, n_heads=2, n_kv_heads=1, tq=3, tk=4, head_dim=2, dv=3, window=None, use_sinks=True, seed=0
+    ),
+    q_dtype=torch.float32,
+    sinks_dtype=torch.float64,
+)
+@given(case=attn_cases(), q_dtype=st.sampled_from(FLOAT_DTYPES), sinks_dtype=st.sampled_from(FLOAT_DTYPES))
+def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
+    # Sinks are a parameter and may be kept in another float dtype than the activations (float32
+    # or float64 sinks beside half-precision q, k, v): output and weights keep q's dtype and
+    # agree with the float64 oracle as in ATTN-4.
+    assume(q_dtype != sinks_dtype and {q_dtype, sinks_dtype} <= set(runs_on(device)))
+    case = replace(case, use_sinks=True)
+    q, k, v, _ = case.make(device, q_dtype)
+    _, _, _, sinks = case.make(device, sinks_dtype)
+    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    what = f"q/k/v {q_dtype}, sinks {sinks_dtype}, W={case.window}"
+    assert out.dtype == q_dtype and w.dtype == q_dtype, f"output {out.dtype}, weights {w.dtype} ({what})"
+    golden_out, golden_w = attention_oracle(q, k, v, window=case.window, sinks=sinks)
+    if q_dtype == torch.float64:
+        ref_out, ref_w = golden_out, golden_w
+    else:
+        ref_out, ref_w = attention_oracle(q, k, v, window=case.window, sinks=sinks, dtype=q_dtype)
+    assert_golden(out, golden_out, ref_out, f"output vs the oracle ({what})")
+    assert_golden(w, golden_w, ref_w, f"weights vs the oracle ({what})")
 
 
 # --- SINK-2 --------------------------------------------------------------------------------

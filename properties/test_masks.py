@@ -106,7 +106,9 @@ def test_mask_sizes_below_one_are_refused(sizes, device):
 def test_smallest_mask_is_one_allowed_pair(causal, window, device):
     # Nothing narrower is refused: the 1 x 1 mask lets the one query see the one key.
     mask = attention_mask(1, 1, causal=causal, window=window, device=device).cpu()
-    assert_exactly_equal(mask, torch.ones(1, 1, dtype=torch.bool), f"1 x 1 mask (causal={causal}, W={window})")
+    assert_exactly_equal(
+        mask, torch.ones(1, 1, dtype=torch.bool), f"1 x 1 mask (causal={causal}, W={window})"
+    )
 
 
 # --- MASK-2: sliding window ---------------------------------------------------------------

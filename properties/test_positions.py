@@ -260,7 +260,9 @@ def test_sinusoidal_chapter_example(delta, expected):
 def test_sinusoidal_table_matches_the_oracle(seq_len, half):
     pe = sinusoidal_positional_encoding(seq_len, 2 * half)
     assert pe.shape == (seq_len, 2 * half)
-    assert pe.dtype == torch.get_default_dtype(), f"table in {pe.dtype}, default is {torch.get_default_dtype()}"
+    assert pe.dtype == torch.get_default_dtype(), (
+        f"table in {pe.dtype}, default is {torch.get_default_dtype()}"
+    )
     assert_close(pe, sinusoidal_oracle(seq_len, 2 * half), f"sinusoidal table ({seq_len}, {2 * half})")
 
 
