@@ -147,6 +147,17 @@ def test_rope_rotates_each_token_by_its_own_position(device, d, t, seed):
         assert_close(whole[..., r : r + 1, :], alone, f"token {r} of the sequence vs alone")
 
 
+@pytest.mark.req("ROPE-3")
+@pytest.mark.parametrize("explicit_positions", [False, True])
+def test_rope_stays_on_the_device_of_x(explicit_positions):
+    """Every intermediate (positions, frequencies, angles) is made where x lives. The meta
+    device is a second device in every torch build, so this runs without a GPU."""
+    x = torch.empty(2, 3, 5, 8, device="meta")
+    positions = torch.arange(4, 9, device="meta") if explicit_positions else None
+    out = apply_rope(x, positions, offset=4)
+    assert out.device == x.device and out.shape == x.shape and out.dtype == x.dtype
+
+
 @pytest.mark.req("ROPE-3", "ERR-1")
 @given(d=head_dims, t=st.integers(1, 6), offset=st.integers(0, 100), dtype=float_dtypes, seed=seeds)
 def test_rope_accepts_a_two_dimensional_input(device, d, t, offset, dtype, seed):

@@ -1,4 +1,4 @@
-"""Tests of the mutation machinery itself: `python -m pytest mutants/test_machinery.py` (~1 min).
+"""Tests of the mutation machinery itself: `python -m pytest mutants/tests` (~1 min).
 
 The last two tests run real (faults-only) campaigns on a toy copy of the project: impl/ and
 specs/ as they are, properties/ replaced by two tests that kill F1 and F2 and nothing else.
@@ -17,7 +17,9 @@ import time
 import tomllib
 from pathlib import Path
 
+import jsonschema
 import libcst as cst
+import pytest
 
 from mutants.campaign import REPO_ROOT, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
@@ -171,10 +173,24 @@ def workspace_of(first_line: str) -> Path:
     return Path(first_line.split(maxsplit=1)[1].strip())
 
 
-def test_faults_only_campaign_on_a_toy_suite(tmp_path):
-    root = toy_root(tmp_path)
+@pytest.fixture(scope="module")
+def toy_campaign(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One faults-only campaign on the toy suite, shared by the tests that read its results."""
+    root = toy_root(tmp_path_factory.mktemp("campaign"))
     process = start_campaign(root)
-    output, _ = process.communicate(timeout=300)
+    output, _ = process.communicate(timeout=600)
+    return root, subprocess.CompletedProcess(process.args, process.returncode, output)
+
+
+def test_report_validates_against_the_published_schema(toy_campaign, stryker_schema):
+    root, _ = toy_campaign
+    report = json.loads((root / "reports" / "mutation-report.json").read_text())
+    jsonschema.validators.validator_for(stryker_schema)(stryker_schema).validate(report)
+
+
+def test_faults_only_campaign_on_a_toy_suite(toy_campaign):
+    root, process = toy_campaign
+    output = process.stdout
     assert process.returncode == 1, output  # F3..F10 are not killed by the toy suite
     assert not workspace_of(output.splitlines()[0]).exists()
     assert sorted(p.name for p in root.iterdir()) == ["impl", "properties", "reports", "specs"]
@@ -197,6 +213,27 @@ def test_faults_only_campaign_on_a_toy_suite(tmp_path):
     assert by_fault["F1"] == by_fault["F2"] == {"Killed"}
     assert by_fault["F3"] <= {"Survived", "NoCoverage"}
     assert "F1   killed" in output and "F3   survived" in output
+
+
+@pytest.fixture(scope="session")
+def stryker_schema(tmp_path_factory) -> dict:
+    """Stryker's published JSON schema, fetched from the npm registry (not vendored: it is
+    another project's file).  Skipped, with the reason, where npm or the registry is missing."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: the hand check of the schema's required parts still ran")
+    where = tmp_path_factory.mktemp("schema")
+    packed = subprocess.run(
+        [npm, "pack", "mutation-testing-report-schema@3", "--silent"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if packed.returncode != 0:
+        pytest.skip(f"npm could not fetch mutation-testing-report-schema: {packed.stderr.strip()[:200]}")
+    subprocess.run(["tar", "xzf", packed.stdout.strip().splitlines()[-1]], cwd=where, check=True)
+    return json.loads((where / "package" / "src" / "mutation-testing-report-schema.json").read_text())
 
 
 def check_stryker_shape(report: dict) -> None:
