@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .campaign import REPO_ROOT, Campaign, CampaignError, driver_env, run_mutmut, workspace
+from .catalogue import FAULTS_BY_ID
 from .html import render
 from .matrix import kill_matrix, matrix_table, write_heatmap
 from .report import load_triage, read_mutants, stryker_report, summarize
@@ -42,10 +43,11 @@ def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = 
         load_triage(),
         min_strength,
     )
+    print(text, flush=True)
     if matrix:
         by_fault: dict[str, list[str]] = {}
         for mutant in mutants:
-            if mutant.operator.startswith("F") and mutant.status == "Killed":
+            if mutant.operator in FAULTS_BY_ID and mutant.status == "Killed":
                 by_fault.setdefault(mutant.operator, []).append(mutant.name)
         count = sum(map(len, by_fault.values()))
         print(f"kill matrix: running the whole suite against {count} catalogue mutants ...", flush=True)
@@ -57,8 +59,8 @@ def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = 
         table = matrix_table(cells) + f"\n  ({time.monotonic() - started:.0f} s)"
         if write_heatmap(cells, report_path.parent / "kill-matrix.png"):
             table += f"\n  heatmap: {report_path.parent.relative_to(campaign.root) / 'kill-matrix.png'}"
+        print("\n" + table)
         text = text + "\n\n" + table
-    print(text)
     (report_path.parent / "mutation-summary.txt").write_text(text + "\n")
     return 1 if failures else 0
 
