@@ -7,6 +7,7 @@ from that seed, so a failing example is reproducible from its printed repr.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -196,6 +197,15 @@ def randomize_(module: torch.nn.Module, seed: int, std: float = 0.5) -> torch.nn
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
     return module
+
+
+FULL_PRECISION = (torch.float64, torch.float32)
+
+
+@functools.cache
+def float_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """float64, float32, and fp16/bf16 where they run on ``device``."""
+    return (*FULL_PRECISION, *low_precision_dtypes(device))
 
 
 def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -87,9 +88,18 @@ def sink_probability(q, k, sinks, allowed, scale=None) -> torch.Tensor:
     return torch.exp(sink[..., 0] - torch.logsumexp(torch.cat([scores, sink], dim=-1), dim=-1))
 
 
-def block_oracle(block, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """specs.oracle.attention_block_oracle fed an AttentionBlock's own weights and window."""
-    cfg = block.config
+def scheduled_window(cfg, layer_idx: int) -> int | None:
+    """MASK-4: the window on even layers (or on all layers), full attention elsewhere."""
+    return cfg.window if cfg.window_layers == "all" or layer_idx % 2 == 0 else None
+
+
+def block_oracle(
+    block, cfg, layer_idx: int, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """specs.oracle.attention_block_oracle for an AttentionBlock built from ``cfg`` as layer
+    ``layer_idx``.  Every size and switch (eps, RoPE base, window) comes from the config and the
+    schedule, only the learned parameters from the module: a module that ignored a config field
+    would otherwise agree with itself."""
     return attention_block_oracle(
         x,
         norm_weight=block.norm.weight,
@@ -99,7 +109,7 @@ def block_oracle(block, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = t
         n_heads=cfg.n_heads,
         n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim,
-        window=block.window,
+        window=scheduled_window(cfg, layer_idx),
         sinks=block.sinks,
         offset=offset,
         base=cfg.rope_base,
@@ -111,8 +121,22 @@ def message_names(*parts: object) -> str:
     """A ``pytest.raises(match=...)`` regex: the message contains every one of ``parts``
     (an argument's name, its offending value, a shape) as a whole token, in any order.
     Strings are matched literally; other values by their repr (8 -> "8", (2, 6) -> "(2, 6)")."""
-    import re
-
     tokens = [p if isinstance(p, str) else repr(p) for p in parts]
     # A token may not continue a longer word or number: "0" must not match in "10" or "0.5".
     return "(?s)^" + "".join(rf"(?=.*(?<![\w.-]){re.escape(t)}(?!\w|\.\d))" for t in tokens)
+
+
+def names(word: str) -> str:
+    """A regex that finds ``word`` as a whole word (q must not match 'sequence')."""
+    return rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])"
+
+
+def mentions_all(*words: str) -> str:
+    """A regex that matches when every one of the regexes ``words`` matches somewhere in the message."""
+    return "(?s)^" + "".join(rf"(?=.*{w})" for w in words)
+
+
+def names_value(word: str, value: object) -> str:
+    """A regex for ``word`` followed by its value (``q (2, 0, 3)``, ``window=-2``, ``tk: 0``):
+    ERR-1 asks the message to name the argument *and* its value."""
+    return names(word) + r"\s*[=:]?\s*" + re.escape(str(value)) + r"(?![\w.])"

@@ -7,7 +7,6 @@ gradients (GRAD-1).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import replace
 
@@ -19,10 +18,11 @@ from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import (
+    FULL_PRECISION,
     LOW_PRECISION,
     AttnCase,
     attn_cases,
-    low_precision_dtypes,
+    float_dtypes,
     noise_like,
     seeds,
 )
@@ -36,24 +36,13 @@ from properties.pytest_helpers import (
 )
 from specs.oracle import attention_oracle, mask_oracle
 
-FULL_PRECISION = (torch.float64, torch.float32)
-
 # --- local helpers -------------------------------------------------------------------------
-
-
-@functools.cache
-def _lowp(device: torch.device) -> tuple[torch.dtype, ...]:
-    return tuple(low_precision_dtypes(device))
 
 
 def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
     """Skip a low-precision parametrisation that the device cannot run."""
-    if dtype in LOW_PRECISION and dtype not in _lowp(device):
+    if dtype not in float_dtypes(device):
         pytest.skip(f"{dtype} matmul does not run on {device}")
-
-
-def dtypes_for(device: torch.device) -> list[torch.dtype]:
-    return [*FULL_PRECISION, *_lowp(device)]
 
 
 @st.composite
@@ -121,7 +110,7 @@ def test_weights_and_sink_sum_to_one(case, dtype, device):
 @pytest.mark.req("ATTN-2")
 @given(case=attn_cases(), data=st.data())
 def test_masked_weights_are_exactly_zero(case, data, device):
-    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
     _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
     allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
@@ -147,7 +136,7 @@ def test_weight_support_is_exactly_the_mask(case, device):
 @pytest.mark.req("ATTN-3")
 @given(case=blind_query_cases(), data=st.data())
 def test_blind_queries_give_exact_zero_not_nan(case, data, device):
-    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
     out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
     assert not bool(torch.isnan(out).any() or torch.isnan(w).any()), "NaN with fully masked rows"
@@ -331,7 +320,7 @@ def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
     data=st.data(),
 )
 def test_future_positions_do_not_change_the_prefix(case, which, seed, data, device):
-    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     t = data.draw(st.integers(0, case.tq - 2), label="last unchanged position t")
     q, k, v, sinks = case.make(device, dtype)
     changed = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
@@ -352,7 +341,7 @@ def test_future_positions_do_not_change_the_prefix(case, which, seed, data, devi
 @pytest.mark.req("ATTN-10")
 @given(case=attn_cases(distinct=True), data=st.data())
 def test_output_and_weight_shapes(case, data, device):
-    dtype = data.draw(st.sampled_from(dtypes_for(device)), label="dtype")
+    dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
     out = sdpa(q, k, v, window=case.window, sinks=sinks)
     out_w, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)

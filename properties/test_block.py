@@ -14,15 +14,16 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
-from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
+from properties.hypothesis_helpers import BlockCase, block_cases, noise_like, randomize_
 from properties.pytest_helpers import (
     assert_close,
     assert_exactly_equal,
     assert_exactly_zero,
     assert_golden,
+    block_oracle,
     message_names,
 )
-from specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
+from specs.oracle import ffn_oracle, rms_norm_oracle
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 MODULE_KINDS = ("attention", "transformer", "stack")
@@ -40,51 +41,14 @@ def _build(kind: str, case: BlockCase, layer_idx: int, device, dtype) -> torch.n
     return randomize_(module.to(device=device, dtype=dtype), case.seed + 1)
 
 
-def _fresh(like: torch.Tensor, seed: int) -> torch.Tensor:
-    """New seeded standard-normal values with the shape, dtype and device of ``like``."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(like.shape, generator=gen, dtype=torch.float64).to(like)
-
-
 def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(T,) boolean: token t's output differs somewhere (any batch element, any feature)."""
     return (a != b).any(dim=-1).any(dim=0)
 
 
-# The oracles below read every size and switch from the CONFIG (and the layer index), and only
-# the learned parameters from the module: a module that ignored a config field (norm eps, RoPE
-# base, FFN width or activation, the window schedule) would otherwise agree with itself.
-
-
-def _scheduled_window(cfg: ModelConfig, layer_idx: int) -> int | None:
-    """MASK-4: the window on even layers (or on all layers), full attention elsewhere."""
-    return cfg.window if cfg.window_layers == "all" or layer_idx % 2 == 0 else None
-
-
-def _attention_oracle(
-    block: AttentionBlock,
-    cfg: ModelConfig,
-    layer_idx: int,
-    x: torch.Tensor,
-    offset: int = 0,
-    dtype=torch.float64,
-) -> torch.Tensor:
-    """specs.oracle.attention_block_oracle with the config's sizes, eps, base and window."""
-    return attention_block_oracle(
-        x,
-        norm_weight=block.norm.weight,
-        eps=cfg.norm_eps,
-        w_qkv=block.qkv.weight,
-        w_out=block.out.weight,
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim,
-        window=_scheduled_window(cfg, layer_idx),
-        sinks=block.sinks,
-        offset=offset,
-        base=cfg.rope_base,
-        dtype=dtype,
-    )
+# The oracles read every size and switch from the CONFIG (and the layer index), and only the
+# learned parameters from the module: a module that ignored a config field (norm eps, RoPE base,
+# FFN width or activation, the window schedule) would otherwise agree with itself.
 
 
 def _ffn_width(cfg: ModelConfig) -> int:
@@ -169,8 +133,8 @@ def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offse
     with torch.no_grad():
         out = block(x, offset=offset)
     assert out.dtype == dtype
-    golden = _attention_oracle(block, cfg, layer_idx, x, offset)
-    ref_lowp = _attention_oracle(block, cfg, layer_idx, x, offset, dtype=dtype)
+    golden = block_oracle(block, cfg, layer_idx, x, offset)
+    ref_lowp = block_oracle(block, cfg, layer_idx, x, offset, dtype=dtype)
     what = f"AttentionBlock(layer {layer_idx}, offset {offset}, eps {cfg.norm_eps}, base {cfg.rope_base})"
     assert_golden(out, golden, ref_lowp, f"{what} vs oracle")
 
@@ -220,8 +184,8 @@ def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset
     x = case.input(device, dtype)
     with torch.no_grad():
         out = block(x, offset)
-    golden = _mlp_oracle(block.mlp, cfg, _attention_oracle(block.attn, cfg, layer_idx, x, offset))
-    lowp_attn = _attention_oracle(block.attn, cfg, layer_idx, x, offset, dtype)
+    golden = _mlp_oracle(block.mlp, cfg, block_oracle(block.attn, cfg, layer_idx, x, offset))
+    lowp_attn = block_oracle(block.attn, cfg, layer_idx, x, offset, dtype)
     ref_lowp = _mlp_oracle(block.mlp, cfg, lowp_attn, dtype)
     assert_golden(out, golden, ref_lowp, f"TransformerBlock(layer {layer_idx}) vs oracle attention then MLP")
 
@@ -266,7 +230,7 @@ def test_future_tokens_never_change_earlier_outputs(device, kind, case, layer_id
     module = _build(kind, case, layer_idx, device, dtype)
     x = case.input(device, dtype)
     x_new = x.clone()
-    x_new[:, t + 1 :] = _fresh(x[:, t + 1 :], case.seed + 2)
+    x_new[:, t + 1 :] = noise_like(x[:, t + 1 :], case.seed + 2)
     with torch.no_grad():
         out, out_new = module(x, offset), module(x_new, offset)
     what = f"{kind}: outputs 0..{t} after changing later tokens"
@@ -493,7 +457,7 @@ def test_only_even_layers_forget_tokens_older_than_the_window(device, case, wind
     assert even.window == window and odd.window is None
     x = case.input(device, dtype)
     x_new = x.clone()
-    x_new[:, : p + 1] = _fresh(x[:, : p + 1], case.seed + 2)
+    x_new[:, : p + 1] = noise_like(x[:, : p + 1], case.seed + 2)
     with torch.no_grad():
         even_changed = _rows_differ(even(x_new), even(x))
         odd_changed = _rows_differ(odd(x_new), odd(x))

@@ -15,26 +15,10 @@ from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import attn_cases
-from properties.pytest_helpers import assert_exactly_equal
+from properties.pytest_helpers import assert_exactly_equal, mentions_all, names, names_value
 
 ERRORS = (ValueError, TypeError)
 small_cases = attn_cases(max_t=5)
-
-
-def names(word: str) -> str:
-    """A regex that finds ``word`` as a whole word (q must not match 'sequence')."""
-    return rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])"
-
-
-def mentions_all(*words: str) -> str:
-    """A regex that matches when every one of ``words`` appears somewhere in the message."""
-    return "(?s)^" + "".join(rf"(?=.*{w})" for w in words)
-
-
-def names_value(word: str, value: object) -> str:
-    """A regex for ``word`` followed by its value (``q (2, 0, 3)``, ``window=-2``, ``tk: 0``):
-    ERR-1 asks the message to name the argument *and* its value."""
-    return names(word) + r"\s*[=:]?\s*" + re.escape(str(value)) + r"(?![\w.])"
 
 
 def type_name(value: object) -> str:

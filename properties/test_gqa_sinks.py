@@ -6,7 +6,6 @@ Sinks: one logit per query head, an extra softmax column that only takes mass aw
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import replace
 
@@ -16,11 +15,17 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
-from properties.hypothesis_helpers import LOW_PRECISION, AttnCase, attn_cases, low_precision_dtypes, seeds
+from properties.hypothesis_helpers import (
+    FULL_PRECISION,
+    LOW_PRECISION,
+    AttnCase,
+    attn_cases,
+    float_dtypes,
+    seeds,
+)
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
 from specs.oracle import attention_oracle, mask_oracle
 
-FULL_PRECISION = (torch.float64, torch.float32)
 FLOAT_DTYPES = (*FULL_PRECISION, *LOW_PRECISION)
 
 
@@ -34,12 +39,6 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
     case = draw(attn_cases(**kwargs))
     n_kv = draw(st.integers(2, 3))
     return replace(case, n_kv_heads=n_kv, n_heads=n_kv * draw(st.integers(2, 3)))
-
-
-@functools.cache
-def runs_on(device: torch.device) -> tuple[torch.dtype, ...]:
-    """The float dtypes whose matmul runs on ``device``."""
-    return (*FULL_PRECISION, *low_precision_dtypes(device))
 
 
 # --- GQA-1 ---------------------------------------------------------------------------------
@@ -160,7 +159,7 @@ def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
     # Sinks are a parameter and may be kept in another float dtype than the activations (float32
     # or float64 sinks beside half-precision q, k, v): output and weights keep q's dtype and
     # agree with the float64 oracle as in ATTN-4.
-    assume(q_dtype != sinks_dtype and {q_dtype, sinks_dtype} <= set(runs_on(device)))
+    assume(q_dtype != sinks_dtype and {q_dtype, sinks_dtype} <= set(float_dtypes(device)))
     case = replace(case, use_sinks=True)
     q, k, v, _ = case.make(device, q_dtype)
     _, _, _, sinks = case.make(device, sinks_dtype)

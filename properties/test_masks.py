@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from impl import additive_mask, attention_mask, layer_window
 from properties.hypothesis_helpers import seeds
-from properties.pytest_helpers import assert_exactly_equal
+from properties.pytest_helpers import assert_exactly_equal, names_value
 from specs.oracle import mask_oracle
 
 
@@ -25,11 +25,6 @@ def mask_shapes(draw: st.DrawFn, max_t: int = 16) -> tuple[int, int]:
     tk = draw(st.integers(1, max_t))
     tq = draw(st.one_of(st.just(tk), st.just(1), st.integers(1, tk)))
     return tq, tk
-
-
-def names_value(word: str, value: int) -> str:
-    """A regex for the argument ``word`` followed by its value (``tq=0``, ``tk: -2``)."""
-    return rf"(?<![A-Za-z_]){re.escape(word)}\s*[=:]?\s*{re.escape(str(value))}(?![\w.])"
 
 
 windows = st.one_of(st.just(1), st.integers(1, 20))

@@ -225,7 +225,7 @@ def test_rope_reaches_q_and_k_in_the_block(device, case, offset):
     x = case.input(device, torch.float64)
     with torch.no_grad():
         out = block(x, offset=offset)
-    golden = block_oracle(block, x, offset)
+    golden = block_oracle(block, cfg, 0, x, offset)
     assert_golden(out, golden, golden, f"window-free AttentionBlock at offset {offset} vs oracle")
 
 
