@@ -425,7 +425,7 @@ def summarize(
         failures.append(f"{len(survivors)} untriaged survivors")
     used = {m.name for m in mutants if m.status in UNDETECTED}
     unused = sorted(set(triage) - used)
-    if unused:
+    if unused and campaign_info["mode"] == "full":  # a faults-only run makes none of them
         out += ["", "triage entries that match no survivor (remove them): " + ", ".join(unused)]
     strength = 100 * killed / (killed + survived) if killed + survived else 100.0
     if min_strength is not None and strength < min_strength:
