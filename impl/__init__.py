@@ -2,6 +2,7 @@
 
 from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_or_zero
 from .block import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
+from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .layers import FeedForward, RMSNorm, default_ffn_hidden
 from .masks import additive_mask, attention_mask, check_window, layer_window
@@ -15,6 +16,7 @@ from .positions import (
 __all__ = [
     "AttentionBlock",
     "FeedForward",
+    "KVCache",
     "LearnedPositionalEmbedding",
     "MLPBlock",
     "ModelConfig",

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .attention import scaled_dot_product_attention
+from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .layers import ACTIVATIONS, FeedForward, RMSNorm
 from .masks import WINDOW_LAYERS, check_window, layer_window
@@ -81,10 +82,20 @@ class AttentionBlock(nn.Module):
         self.out = nn.Linear(q_width, config.d_model, bias=False)
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.use_sinks else None
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0]."""
+    def new_cache(self, max_len: int) -> KVCache:
+        """An empty KV cache for this layer (its window) and sequences of up to max_len tokens."""
+        return KVCache(max_len, self.window)
+
+    def forward(self, x: torch.Tensor, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0].
+
+        With a cache, x is the next T tokens of a sequence whose first ``offset`` tokens the
+        cache has seen: their keys and values join the cache, and the queries see the earlier
+        positions too (prefill with an empty cache at offset 0, then decode)."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
+        if cache is not None and cache.window != self.window:
+            raise ValueError(f"a cache for window={cache.window} given to a layer with window={self.window}")
         cfg = self.config
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
@@ -92,6 +103,8 @@ class AttentionBlock(nn.Module):
         q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
         k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
+        if cache is not None:
+            k, v = cache.update(k, v, offset)  # (B, Hkv, held + T, d), the new positions last
         attn = cast(torch.Tensor, scaled_dot_product_attention(q, k, v, window=self.window, sinks=self.sinks))
         return x + self.out(merge_heads(attn))
 
@@ -116,8 +129,8 @@ class TransformerBlock(nn.Module):
         self.attn = AttentionBlock(config, layer_idx)
         self.mlp = MLPBlock(config)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return self.mlp(self.attn(x, offset))
+    def forward(self, x: torch.Tensor, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        return self.mlp(self.attn(x, offset, cache))
 
 
 class TransformerStack(nn.Module):
@@ -125,9 +138,23 @@ class TransformerStack(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.config = config
         self.blocks = nn.ModuleList(TransformerBlock(config, i) for i in range(config.n_layers))
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, offset)
+    def new_cache(self, max_len: int) -> list[KVCache]:
+        """One empty KV cache per layer, for sequences of up to max_len tokens."""
+        cfg = self.config
+        return [KVCache(max_len, layer_window(i, cfg.window, cfg.window_layers)) for i in range(cfg.n_layers)]
+
+    def prefill(self, prompt: torch.Tensor, max_len: int) -> tuple[torch.Tensor, list[KVCache]]:
+        """Run the prompt (B, T, D) through a new cache; decode on with ``self(x, offset, cache)``."""
+        cache = self.new_cache(max_len)
+        return self(prompt, 0, cache), cache
+
+    def forward(self, x: torch.Tensor, offset: int = 0, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); with ``cache`` (from new_cache), x continues a sequence at ``offset``."""
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"the stack has {len(self.blocks)} layers but the cache has {len(cache)}")
+        for i, block in enumerate(self.blocks):
+            x = block(x, offset, None if cache is None else cache[i])
         return x

@@ -1,0 +1,127 @@
+"""A per-layer KV cache for decoding, one token (or a chunk of tokens) at a time.
+
+The cache stores each layer's keys after RoPE, so a key keeps the rotation of its absolute
+position however long it stays.  A full-attention layer keeps every position in a buffer of
+``max_len`` slots.  A windowed layer keeps exactly the last W positions in a ring of W slots:
+position p lives in slot p % W, and writing position p evicts position p - W.
+
+Decoding is inference: run it under ``torch.no_grad()`` (the buffers are written in place).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .masks import check_window
+
+
+class KVCache:
+    """Rotated keys and values of one attention layer, by absolute position 0, 1, 2, ..."""
+
+    def __init__(self, max_len: int, window: int | None = None) -> None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be a positive int, got max_len={max_len!r}")
+        check_window(window)
+        self.max_len = max_len
+        self.window = window
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every position: the next update starts again at position 0, any batch size."""
+        self.length = 0  # positions written so far, which is also the next position
+        self.k: torch.Tensor | None = None  # (B, Hkv, slots, d)
+        self.v: torch.Tensor | None = None  # (B, Hkv, slots, dv)
+
+    def held(self) -> int:
+        """How many positions the cache holds: all of them, or the last W of a windowed layer."""
+        if self.window is None:
+            return self.length
+        return min(self.length, self.window)
+
+    def positions(self) -> torch.Tensor:
+        """The absolute positions held, oldest first, (held,)."""
+        return torch.arange(self.length - self.held(), self.length)
+
+    def keys_values(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys (B, Hkv, held, d) and values (B, Hkv, held, dv) held, oldest first."""
+        if self.k is None or self.v is None:
+            raise ValueError("the cache is empty: nothing was written since it was made or reset")
+        if self.window is None:
+            return self.k[:, :, : self.length], self.v[:, :, : self.length]
+        slots = self.positions().to(self.k.device) % self.window
+        return self.k[:, :, slots], self.v[:, :, slots]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
+        and return every key and value that one of these C queries may see, oldest first; the new
+        ones come last, so the queries sit bottom-right (DESIGN.md's alignment)."""
+        self.check(k, v, offset)
+        if self.window is None:
+            self.write(k, v)
+            return self.keys_values()
+        if self.length == 0:
+            self.write(k, v)
+            return k, v
+        # The first new query still sees positions that writing C new ones may evict: read first.
+        old_k, old_v = self.keys_values()
+        self.write(k, v)
+        return torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Put the C new positions in their slots; a windowed layer evicts the oldest.  The first
+        write allocates buffers shaped like k and v: max_len slots, or W for a windowed layer."""
+        if self.k is None or self.v is None:
+            size = self.max_len if self.window is None else min(self.window, self.max_len)
+            self.k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
+            self.v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
+        new = k.shape[2]
+        start, end = self.length, self.length + new
+        if self.window is None:
+            self.k[:, :, start:end] = k
+            self.v[:, :, start:end] = v
+        else:
+            kept = min(new, self.window)  # of a chunk longer than W only the last W stay
+            ring = torch.arange(end - kept, end, device=k.device) % self.window
+            self.k[:, :, ring] = k[:, :, new - kept :]
+            self.v[:, :, ring] = v[:, :, new - kept :]
+        self.length = end
+
+    def check(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> None:
+        """Raise a ValueError or TypeError naming what does not fit the cache."""
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise ValueError(f"{name} must be a 4-D tensor (B, Hkv, T, d), got {_describe(t)}")
+        if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
+            raise ValueError(f"k and v do not match: k {_describe(k)}, v {_describe(v)}")
+        if k.shape[2] < 1:
+            raise ValueError(f"nothing to write: k has 0 positions, {_describe(k)}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset != self.length:
+            raise ValueError(
+                f"offset={offset!r} does not match the cache: it has seen {self.length} positions, "
+                f"so the next token is at position {self.length} (reset() to start a new sequence)"
+            )
+        if offset + k.shape[2] > self.max_len:
+            raise ValueError(
+                f"the cache is full: positions {offset}..{offset + k.shape[2] - 1} "
+                f"exceed max_len={self.max_len}"
+            )
+        if self.k is None or self.v is None:
+            return
+        for what, got, cached in (
+            ("batch size", k.shape[0], self.k.shape[0]),
+            ("number of KV heads", k.shape[1], self.k.shape[1]),
+            ("key head_dim", k.shape[3], self.k.shape[3]),
+            ("value head_dim", v.shape[3], self.v.shape[3]),
+        ):
+            if got != cached:
+                raise ValueError(f"{what} {got} does not match the cache's {cached} (reset() to start over)")
+        if k.dtype != self.k.dtype:
+            raise TypeError(f"dtype {k.dtype} does not match the cache's {self.k.dtype}")
+        if k.device != self.k.device:
+            raise ValueError(f"device {k.device} does not match the cache's {self.k.device}")
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"shape {tuple(t.shape)} {t.dtype} on {t.device}"
+    return type(t).__name__
