@@ -29,8 +29,8 @@ class KVCache:
     def reset(self) -> None:
         """Forget every position: the next update starts again at position 0, any batch size."""
         self.length = 0  # positions written so far, which is also the next position
-        self.k: torch.Tensor | None = None  # (B, Hkv, slots, d)
-        self.v: torch.Tensor | None = None  # (B, Hkv, slots, dv)
+        # keys (B, Hkv, slots, d) and values (B, Hkv, slots, dv), allocated by the first write
+        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def held(self) -> int:
         """How many positions the cache holds: all of them, or the last W of a windowed layer."""
@@ -44,12 +44,13 @@ class KVCache:
 
     def keys_values(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys (B, Hkv, held, d) and values (B, Hkv, held, dv) held, oldest first."""
-        if self.k is None or self.v is None:
+        if self.buffers is None:
             raise ValueError("the cache is empty: nothing was written since it was made or reset")
+        keys, values = self.buffers
         if self.window is None:
-            return self.k[:, :, : self.length], self.v[:, :, : self.length]
-        slots = self.positions().to(self.k.device) % self.window
-        return self.k[:, :, slots], self.v[:, :, slots]
+            return keys[:, :, : self.length], values[:, :, : self.length]
+        ring = self.positions().to(keys.device) % self.window
+        return keys[:, :, ring], values[:, :, ring]
 
     def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
@@ -70,20 +71,23 @@ class KVCache:
     def write(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Put the C new positions in their slots; a windowed layer evicts the oldest.  The first
         write allocates buffers shaped like k and v: max_len slots, or W for a windowed layer."""
-        if self.k is None or self.v is None:
+        if self.buffers is None:
             size = self.max_len if self.window is None else min(self.window, self.max_len)
-            self.k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
-            self.v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
+            self.buffers = (
+                k.new_empty(k.shape[0], k.shape[1], size, k.shape[3]),
+                v.new_empty(v.shape[0], v.shape[1], size, v.shape[3]),
+            )
+        keys, values = self.buffers
         new = k.shape[2]
         start, end = self.length, self.length + new
         if self.window is None:
-            self.k[:, :, start:end] = k
-            self.v[:, :, start:end] = v
+            keys[:, :, start:end] = k
+            values[:, :, start:end] = v
         else:
             kept = min(new, self.window)  # of a chunk longer than W only the last W stay
             ring = torch.arange(end - kept, end, device=k.device) % self.window
-            self.k[:, :, ring] = k[:, :, new - kept :]
-            self.v[:, :, ring] = v[:, :, new - kept :]
+            keys[:, :, ring] = k[:, :, new - kept :]
+            values[:, :, ring] = v[:, :, new - kept :]
         self.length = end
 
     def check(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> None:
@@ -105,20 +109,21 @@ class KVCache:
                 f"the cache is full: positions {offset}..{offset + k.shape[2] - 1} "
                 f"exceed max_len={self.max_len}"
             )
-        if self.k is None or self.v is None:
+        if self.buffers is None:
             return
+        keys, values = self.buffers
         for what, got, cached in (
-            ("batch size", k.shape[0], self.k.shape[0]),
-            ("number of KV heads", k.shape[1], self.k.shape[1]),
-            ("key head_dim", k.shape[3], self.k.shape[3]),
-            ("value head_dim", v.shape[3], self.v.shape[3]),
+            ("batch size", k.shape[0], keys.shape[0]),
+            ("number of KV heads", k.shape[1], keys.shape[1]),
+            ("key head_dim", k.shape[3], keys.shape[3]),
+            ("value head_dim", v.shape[3], values.shape[3]),
         ):
             if got != cached:
                 raise ValueError(f"{what} {got} does not match the cache's {cached} (reset() to start over)")
-        if k.dtype != self.k.dtype:
-            raise TypeError(f"dtype {k.dtype} does not match the cache's {self.k.dtype}")
-        if k.device != self.k.device:
-            raise ValueError(f"device {k.device} does not match the cache's {self.k.device}")
+        if k.dtype != keys.dtype:
+            raise TypeError(f"dtype {k.dtype} does not match the cache's {keys.dtype}")
+        if k.device != keys.device:
+            raise ValueError(f"device {k.device} does not match the cache's {keys.device}")
 
 
 def _describe(t: object) -> str:

@@ -267,6 +267,65 @@ def operator_ignore_sinks(node: cst.Call) -> Iterator[cst.CSTNode]:
             )
 
 
+# --- F11 ---------------------------------------------------------------------------------------
+
+
+def operator_evict_off_by_one(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """min(length, window) -> min(length, window + 1) and window - 1: a windowed layer's cache
+    holds one position too many or too few."""
+    if call_name(node) != "min" or len(node.args) != 2:
+        return
+    if not any(mentions(a.value, "length") for a in node.args):
+        return
+    for i, arg in enumerate(node.args):
+        if func_name(arg.value) == "window" or m.matches(arg.value, m.Name("window")):
+            for op in (cst.Add(), cst.Subtract()):
+                off = cst.BinaryOperation(left=arg.value, operator=op, right=cst.Integer("1"))
+                args = list(node.args)
+                args[i] = arg.with_changes(value=off)
+                yield node.with_changes(args=args)
+
+
+# --- F12: whole-body operator ------------------------------------------------------------------
+
+
+def rope_offset_arg(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "offset"
+
+
+def operator_rope_offset_ignored(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """apply_rope(q, offset=offset), apply_rope(k, offset=offset) -> both without the offset:
+    every chunk is rotated as if it started at position 0, which a full pass cannot see (ROPE-4)
+    but a decode step at offset t can."""
+    rope_with_offset = m.Call(
+        func=m.MatchIfTrue(lambda f: "rope" in func_name(f)),
+        args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("offset")), m.ZeroOrMore()],
+    )
+    if not m.findall(node, rope_with_offset):
+        return
+
+    def drop_offset(call: cst.Call, _: object) -> cst.Call:
+        kept = [a for a in call.args if not rope_offset_arg(a)]
+        kept[-1] = without_comma(kept[-1])
+        return call.with_changes(args=kept)
+
+    yield m.replace(node, rope_with_offset, drop_offset)
+
+
+# --- F13 ---------------------------------------------------------------------------------------
+
+
+def operator_swap_cached_kv(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """cache.update(k, v, ...) / self.write(k, v) -> (v, k, ...): keys and values swapped on
+    their way into the cache."""
+    if call_name(node) not in ("update", "write") or len(node.args) < 2:
+        return
+    first, second = node.args[0], node.args[1]
+    if m.matches(first.value, m.Name("k")) and m.matches(second.value, m.Name("v")):
+        swapped = [first.with_changes(value=second.value), second.with_changes(value=first.value)]
+        yield node.with_changes(args=[*swapped, *node.args[2:]])
+
+
 FAULTS: tuple[Fault, ...] = (
     Fault(
         "F1",
@@ -347,6 +406,30 @@ FAULTS: tuple[Fault, ...] = (
         ("BLOCK-5", "SINK-2"),
         cst.Call,
         operator_ignore_sinks,
+    ),
+    Fault(
+        "F11",
+        "KV cache eviction off by one (a windowed layer's cache holds W+1 or W-1 positions)",
+        "book",
+        ("CACHE-2",),
+        cst.Call,
+        operator_evict_off_by_one,
+    ),
+    Fault(
+        "F12",
+        "RoPE offset not applied in decode (every chunk rotated from position 0)",
+        "book",
+        ("CACHE-1", "CACHE-2"),
+        cst.IndentedBlock,
+        operator_rope_offset_ignored,
+    ),
+    Fault(
+        "F13",
+        "K and V swapped when written to the KV cache",
+        "book",
+        ("CACHE-1", "CACHE-2"),
+        cst.Call,
+        operator_swap_cached_kv,
     ),
 )
 

@@ -149,6 +149,26 @@ class BlockCase:
             ffn_hidden=self.ffn_hidden,
         )
 
+    def module(
+        self,
+        kind: str,
+        layer_idx: int = 0,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.nn.Module:
+        """An "attention", "mlp", "transformer" block (as layer ``layer_idx``) or a "stack" built
+        from this config, with seeded random parameters (sinks and norm gains too)."""
+        from impl import AttentionBlock, MLPBlock, TransformerBlock, TransformerStack
+
+        cfg = self.config()
+        module = {
+            "attention": lambda: AttentionBlock(cfg, layer_idx),
+            "transformer": lambda: TransformerBlock(cfg, layer_idx),
+            "stack": lambda: TransformerStack(cfg),
+            "mlp": lambda: MLPBlock(cfg),
+        }[kind]()
+        return randomize_(module.to(device=device, dtype=dtype), self.seed + 1)
+
     def input(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed)
         x = torch.randn(self.batch, self.seq, self.d_model, generator=gen, dtype=torch.float64)
@@ -219,3 +239,20 @@ def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:
         except (RuntimeError, TypeError):
             pass
     return supported
+
+
+# Prompt and decode chunk sizes, drawn independently of the sequence length so explicit examples
+# can name them; split_sequence fits them to a sequence.
+chunk_lists = st.lists(st.integers(1, 16), min_size=1, max_size=6)
+
+
+def split_sequence(total: int, sizes: list[int]) -> list[int]:
+    """Positive chunk sizes that add up to ``total``: ``sizes`` in order (the last one that fits
+    clipped to what is left), then one token at a time; the first chunk is the prompt."""
+    chunks: list[int] = []
+    for size in sizes:
+        left = total - sum(chunks)
+        if left == 0:
+            break
+        chunks.append(min(size, left))
+    return chunks + [1] * (total - sum(chunks))

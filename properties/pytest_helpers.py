@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from specs.oracle import attention_block_oracle
+from specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
 from specs.tolerance import golden_bound
 
 
@@ -115,6 +115,45 @@ def block_oracle(
         base=cfg.rope_base,
         dtype=dtype,
     )
+
+
+# The oracles read every size and switch from the CONFIG (and the layer index), and only the
+# learned parameters from the module: a module that ignored a config field (norm eps, RoPE base,
+# FFN width or activation, the window schedule) would otherwise agree with itself.
+
+
+def ffn_width(cfg) -> int:
+    """FFN-1: the config's ffn_hidden, else 4D (ReLU/GELU) or 8D/3 rounded up to a multiple of 8."""
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    if cfg.activation == "swiglu":
+        at_least = -(-8 * cfg.d_model // 3)  # ceil(8D/3) in integers
+        return -(-at_least // 8) * 8
+    return 4 * cfg.d_model
+
+
+def mlp_oracle(mlp, cfg, x: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+    """x + FFN(RMSNorm(x)) from the oracle's norm and FFN: the config's eps, activation and
+    width, the block's own weights."""
+    ffn = mlp.ffn
+    width = ffn_width(cfg)
+    assert ffn.w1.weight.shape == (width, cfg.d_model), (
+        f"MLPBlock W1 is {tuple(ffn.w1.weight.shape)}, config asks for ({width}, {cfg.d_model})"
+    )
+    w3 = ffn.w3.weight if cfg.activation == "swiglu" else None
+    normed = rms_norm_oracle(x, mlp.norm.weight, cfg.norm_eps, dtype=dtype)
+    branch = ffn_oracle(normed, ffn.w1.weight, ffn.w2.weight, w3, cfg.activation, dtype)
+    return x.detach().cpu().to(dtype) + branch
+
+
+def stack_oracle(
+    stack, cfg, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """A TransformerStack from the oracle: per layer, the attention block (that layer's window from
+    the schedule) and then the MLP block, with the stack's learned parameters."""
+    for layer_idx, block in enumerate(stack.blocks):
+        x = mlp_oracle(block.mlp, cfg, block_oracle(block.attn, cfg, layer_idx, x, offset, dtype), dtype)
+    return x
 
 
 def message_names(*parts: object) -> str:

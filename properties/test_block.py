@@ -21,58 +21,18 @@ from properties.pytest_helpers import (
     assert_exactly_zero,
     assert_golden,
     block_oracle,
+    ffn_width,
     message_names,
+    mlp_oracle,
 )
-from specs.oracle import ffn_oracle, rms_norm_oracle
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 MODULE_KINDS = ("attention", "transformer", "stack")
 
 
-def _build(kind: str, case: BlockCase, layer_idx: int, device, dtype) -> torch.nn.Module:
-    """One of the block-level modules, with seeded random parameters (sinks and gains too)."""
-    cfg = case.config()
-    module = {
-        "attention": lambda: AttentionBlock(cfg, layer_idx),
-        "transformer": lambda: TransformerBlock(cfg, layer_idx),
-        "stack": lambda: TransformerStack(cfg),
-        "mlp": lambda: MLPBlock(cfg),
-    }[kind]()
-    return randomize_(module.to(device=device, dtype=dtype), case.seed + 1)
-
-
 def _rows_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(T,) boolean: token t's output differs somewhere (any batch element, any feature)."""
     return (a != b).any(dim=-1).any(dim=0)
-
-
-# The oracles read every size and switch from the CONFIG (and the layer index), and only the
-# learned parameters from the module: a module that ignored a config field (norm eps, RoPE base,
-# FFN width or activation, the window schedule) would otherwise agree with itself.
-
-
-def _ffn_width(cfg: ModelConfig) -> int:
-    """FFN-1: the config's ffn_hidden, else 4D (ReLU/GELU) or 8D/3 rounded up to a multiple of 8."""
-    if cfg.ffn_hidden is not None:
-        return cfg.ffn_hidden
-    if cfg.activation == "swiglu":
-        at_least = -(-8 * cfg.d_model // 3)  # ceil(8D/3) in integers
-        return -(-at_least // 8) * 8
-    return 4 * cfg.d_model
-
-
-def _mlp_oracle(mlp: MLPBlock, cfg: ModelConfig, x: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """x + FFN(RMSNorm(x)) from the oracle's norm and FFN: the config's eps, activation and
-    width, the block's own weights."""
-    ffn = mlp.ffn
-    width = _ffn_width(cfg)
-    assert ffn.w1.weight.shape == (width, cfg.d_model), (
-        f"MLPBlock W1 is {tuple(ffn.w1.weight.shape)}, config asks for ({width}, {cfg.d_model})"
-    )
-    w3 = ffn.w3.weight if cfg.activation == "swiglu" else None
-    normed = rms_norm_oracle(x, mlp.norm.weight, cfg.norm_eps, dtype=dtype)
-    branch = ffn_oracle(normed, ffn.w1.weight, ffn.w2.weight, w3, cfg.activation, dtype)
-    return x.detach().cpu().to(dtype) + branch
 
 
 # --------------------------------------------------------------------------- BLOCK-1
@@ -127,7 +87,7 @@ _WIDTH_CASE = replace(
 @example(case=_WIDTH_CASE, layer_idx=1, offset=5, dtype=torch.float32)
 def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offset, dtype):
     """The block equals the oracle built from the config's eps, RoPE base and window schedule."""
-    block = _build("attention", case, layer_idx, device, dtype)
+    block = case.module("attention", layer_idx, device, dtype)
     cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
@@ -145,14 +105,14 @@ def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offse
 @example(case=_WIDTH_CASE, dtype=torch.float32)
 def test_mlp_block_is_pre_norm_with_a_residual(device, case, dtype):
     """The MLP block equals the oracle built from the config's eps, FFN width and activation."""
-    mlp = _build("mlp", case, 0, device, dtype)
+    mlp = case.module("mlp", 0, device, dtype)
     cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
         out = mlp(x)
     assert out.dtype == dtype
     what = f"MLPBlock({cfg.activation}, hidden {cfg.ffn_hidden}, eps {cfg.norm_eps}) vs oracle"
-    assert_golden(out, _mlp_oracle(mlp, cfg, x), _mlp_oracle(mlp, cfg, x, dtype), what)
+    assert_golden(out, mlp_oracle(mlp, cfg, x), mlp_oracle(mlp, cfg, x, dtype), what)
 
 
 @pytest.mark.req("BLOCK-1", "FFN-1", "ERR-1")
@@ -162,7 +122,7 @@ def test_config_ffn_width_and_activation_reach_the_mlp_block(activation, ffn_hid
     """Every positive width is accepted, 1 included, and the MLP block is built with it."""
     cfg = ModelConfig(**{**VALID, "activation": activation, "ffn_hidden": ffn_hidden})
     for mlp in (MLPBlock(cfg), TransformerBlock(cfg).mlp):
-        width = _ffn_width(cfg)
+        width = ffn_width(cfg)
         assert mlp.ffn.w1.weight.shape == (width, cfg.d_model), f"W1 {tuple(mlp.ffn.w1.weight.shape)}"
         assert mlp.ffn.w2.weight.shape == (cfg.d_model, width), f"W2 {tuple(mlp.ffn.w2.weight.shape)}"
         assert (mlp.ffn.w3 is not None) == (activation == "swiglu"), f"gate W3 with {activation}"
@@ -171,7 +131,7 @@ def test_config_ffn_width_and_activation_reach_the_mlp_block(activation, ffn_hid
     x = torch.randn(2, 3, cfg.d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         out = mlp(x)
-    golden = _mlp_oracle(mlp, cfg, x)
+    golden = mlp_oracle(mlp, cfg, x)
     assert_golden(out, golden, golden, f"MLPBlock({activation}, hidden {ffn_hidden}) vs oracle")
 
 
@@ -179,14 +139,14 @@ def test_config_ffn_width_and_activation_reach_the_mlp_block(activation, ffn_hid
 @given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.sampled_from([0, 3]), dtype=float_dtypes)
 @example(case=_EPS_BASE_CASE, layer_idx=0, offset=0, dtype=torch.float64)
 def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset, dtype):
-    block = _build("transformer", case, layer_idx, device, dtype)
+    block = case.module("transformer", layer_idx, device, dtype)
     cfg = case.config()
     x = case.input(device, dtype)
     with torch.no_grad():
         out = block(x, offset)
-    golden = _mlp_oracle(block.mlp, cfg, block_oracle(block.attn, cfg, layer_idx, x, offset))
+    golden = mlp_oracle(block.mlp, cfg, block_oracle(block.attn, cfg, layer_idx, x, offset))
     lowp_attn = block_oracle(block.attn, cfg, layer_idx, x, offset, dtype)
-    ref_lowp = _mlp_oracle(block.mlp, cfg, lowp_attn, dtype)
+    ref_lowp = mlp_oracle(block.mlp, cfg, lowp_attn, dtype)
     assert_golden(out, golden, ref_lowp, f"TransformerBlock(layer {layer_idx}) vs oracle attention then MLP")
 
 
@@ -196,7 +156,7 @@ def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset
 @pytest.mark.req("BLOCK-2")
 @given(case=block_cases(), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes)
 def test_zeroed_out_projection_makes_the_attention_block_the_identity(device, case, layer_idx, offset, dtype):
-    block = _build("attention", case, layer_idx, device, dtype)
+    block = case.module("attention", layer_idx, device, dtype)
     with torch.no_grad():
         block.out.weight.zero_()
         x = case.input(device, dtype)
@@ -206,7 +166,7 @@ def test_zeroed_out_projection_makes_the_attention_block_the_identity(device, ca
 @pytest.mark.req("BLOCK-2")
 @given(case=block_cases(), dtype=float_dtypes)
 def test_zeroed_ffn_output_weights_make_the_mlp_block_the_identity(device, case, dtype):
-    block = _build("mlp", case, 0, device, dtype)
+    block = case.module("mlp", 0, device, dtype)
     with torch.no_grad():
         block.ffn.w2.weight.zero_()
         x = case.input(device, dtype)
@@ -227,7 +187,7 @@ def test_zeroed_ffn_output_weights_make_the_mlp_block_the_identity(device, case,
 )
 def test_future_tokens_never_change_earlier_outputs(device, kind, case, layer_idx, offset, dtype, data):
     t = data.draw(st.integers(0, case.seq - 2), label="t")
-    module = _build(kind, case, layer_idx, device, dtype)
+    module = case.module(kind, layer_idx, device, dtype)
     x = case.input(device, dtype)
     x_new = x.clone()
     x_new[:, t + 1 :] = noise_like(x[:, t + 1 :], case.seed + 2)
@@ -248,10 +208,10 @@ def test_every_block_maps_btd_to_btd(device, case, layer_idx, offset, dtype):
     x = case.input(device, dtype)
     with torch.no_grad():
         outs = {
-            "MLPBlock": _build("mlp", case, layer_idx, device, dtype)(x),
-            "AttentionBlock": _build("attention", case, layer_idx, device, dtype)(x, offset),
-            "TransformerBlock": _build("transformer", case, layer_idx, device, dtype)(x, offset),
-            "TransformerStack": _build("stack", case, layer_idx, device, dtype)(x, offset),
+            "MLPBlock": case.module("mlp", layer_idx, device, dtype)(x),
+            "AttentionBlock": case.module("attention", layer_idx, device, dtype)(x, offset),
+            "TransformerBlock": case.module("transformer", layer_idx, device, dtype)(x, offset),
+            "TransformerStack": case.module("stack", layer_idx, device, dtype)(x, offset),
         }
     for name, out in outs.items():
         assert out.shape == x.shape, f"{name} maps {tuple(x.shape)} to {tuple(out.shape)}"
@@ -281,7 +241,7 @@ def test_sinks_are_zero_initialised_per_head_parameters(device, case, layer_idx)
 def test_block_sinks_reach_the_softmax(device, case, layer_idx, data):
     """A large sink on one head changes the output; huge sinks on every head silence attention."""
     head = data.draw(st.integers(0, case.n_heads - 1), label="head")
-    block = _build("attention", case, layer_idx, device, torch.float64)
+    block = case.module("attention", layer_idx, device, torch.float64)
     x = case.input(device, torch.float64)
     with torch.no_grad():
         before = block(x)
@@ -297,7 +257,7 @@ def test_block_sinks_reach_the_softmax(device, case, layer_idx, data):
     case=block_cases(sinks=True), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes
 )
 def test_minus_infinite_sinks_equal_a_block_without_sinks(device, case, layer_idx, offset, dtype):
-    with_sinks = _build("attention", case, layer_idx, device, dtype)
+    with_sinks = case.module("attention", layer_idx, device, dtype)
     without = AttentionBlock(replace(case.config(), use_sinks=False), layer_idx)
     without = without.to(device=device, dtype=dtype)
     state = {name: p for name, p in with_sinks.state_dict().items() if name != "sinks"}
@@ -407,7 +367,7 @@ def test_model_config_rejects_non_positive_sizes(name, value):
 @pytest.mark.parametrize("shape", [(5, 8), (1, 5, 9), (1, 5, 7), (1, 5, 8, 1), (8,)])
 def test_blocks_reject_inputs_of_the_wrong_shape(device, kind, shape):
     case = BlockCase(8, 4, 2, 4, 2, 3, "even", True, "swiglu", 1, 5, 0)
-    module = _build(kind, case, 0, device, torch.float32)
+    module = case.module(kind, 0, device, torch.float32)
     with pytest.raises(ValueError, match=message_names("x", shape)):
         module(torch.zeros(shape, device=device))
 
@@ -458,7 +418,7 @@ def test_only_even_layers_forget_tokens_older_than_the_window(device, case, wind
     seq = data.draw(st.integers(window + 1, 10), label="seq")
     p = data.draw(st.integers(0, seq - 1 - window), label="p")
     case = replace(case, window=window, window_layers="even", seq=seq)
-    even = _build("attention", case, 0, device, dtype)
+    even = case.module("attention", 0, device, dtype)
     odd = AttentionBlock(case.config(), 1).to(device=device, dtype=dtype)
     odd.load_state_dict(even.state_dict())
     assert even.window == window and odd.window is None

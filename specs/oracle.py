@@ -132,6 +132,47 @@ def ffn_oracle(
     return h @ w2.T
 
 
+def block_qkv_oracle(
+    x: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor,
+    eps: float,
+    w_qkv: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    offset: int = 0,
+    base: float = 10000.0,
+    dtype: torch.dtype = GOLDEN,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The block's RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) over RMSNorm(x): one fused
+    matrix split into q | k | v, head i = features i*d .. (i+1)*d - 1, positions offset.."""
+    x = x.detach().cpu().to(dtype)
+    batch, seq, _ = x.shape
+    h = rms_norm_oracle(x, norm_weight, eps, dtype)
+    qkv = h @ w_qkv.detach().cpu().to(dtype).T
+    nq, nkv = n_heads * head_dim, n_kv_heads * head_dim
+    q, k, v = qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
+
+    def heads(t: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*d) -> (B, n, T, d)
+        out = torch.zeros(batch, n, seq, head_dim, dtype=dtype)
+        for i in range(n):
+            out[:, i] = t[..., i * head_dim : (i + 1) * head_dim]
+        return out
+
+    positions = list(range(offset, offset + seq))
+    q = rope_oracle(heads(q, n_heads), positions, base, dtype)
+    k = rope_oracle(heads(k, n_kv_heads), positions, base, dtype)
+    return q, k, heads(v, n_kv_heads)
+
+
+def cache_positions_oracle(seen: int, window: int | None) -> list[int]:
+    """The absolute positions a layer's KV cache holds after ``seen`` positions: every one, or the
+    last W of a windowed layer (the W - 1 the next query still sees, and the one it evicts)."""
+    first = 0 if window is None else max(0, seen - window)
+    return list(range(first, seen))
+
+
 def attention_block_oracle(
     x: torch.Tensor,
     *,
@@ -149,22 +190,18 @@ def attention_block_oracle(
     dtype: torch.dtype = GOLDEN,
 ) -> torch.Tensor:
     """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix."""
-    x = x.detach().cpu().to(dtype)
-    batch, seq, _ = x.shape
-    h = rms_norm_oracle(x, norm_weight, eps, dtype)
-    qkv = h @ w_qkv.detach().cpu().to(dtype).T
-    nq, nkv = n_heads * head_dim, n_kv_heads * head_dim
-    q, k, v = qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
-
-    def heads(t: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*d) -> (B, n, T, d)
-        out = torch.zeros(batch, n, seq, head_dim, dtype=dtype)
-        for i in range(n):
-            out[:, i] = t[..., i * head_dim : (i + 1) * head_dim]
-        return out
-
-    positions = list(range(offset, offset + seq))
-    q = rope_oracle(heads(q, n_heads), positions, base, dtype)
-    k = rope_oracle(heads(k, n_kv_heads), positions, base, dtype)
-    attn, _ = attention_oracle(q, k, heads(v, n_kv_heads), window=window, sinks=sinks, dtype=dtype)
+    q, k, v = block_qkv_oracle(
+        x,
+        norm_weight=norm_weight,
+        eps=eps,
+        w_qkv=w_qkv,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        offset=offset,
+        base=base,
+        dtype=dtype,
+    )
+    attn, _ = attention_oracle(q, k, v, window=window, sinks=sinks, dtype=dtype)
     merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
-    return x + merged @ w_out.detach().cpu().to(dtype).T
+    return x.detach().cpu().to(dtype) + merged @ w_out.detach().cpu().to(dtype).T

@@ -100,6 +100,17 @@ def test_operators_make_the_documented_faults():
     assert mutate("def f(q, k, v, s):\n    return attn(q, k, v, window=3, sinks=s)\n", "F10") == [
         "def f(q, k, v, s):\n    return attn(q, k, v, window=3)\n"
     ]
+    assert mutate("def f(self):\n    return min(self.length, self.window)\n", "F11") == [
+        "def f(self):\n    return min(self.length, self.window + 1)\n",
+        "def f(self):\n    return min(self.length, self.window - 1)\n",
+    ]
+    assert mutate("def f(self, new):\n    return min(new, self.window)\n", "F11") == []  # not a held count
+    assert mutate("def f(q, k, t):\n    return rope(q, offset=t, base=2), rope(k, offset=t)\n", "F12") == [
+        "def f(q, k, t):\n    return rope(q, base=2), rope(k)\n"
+    ]
+    assert mutate("def f(c, k, v, t):\n    return c.update(k, v, t)\n", "F13") == [
+        "def f(c, k, v, t):\n    return c.update(v, k, t)\n"
+    ]
 
 
 def test_changed_span_reports_whole_tokens():
