@@ -39,7 +39,7 @@ class KVCache:
         return min(self.length, self.window)
 
     def positions(self) -> torch.Tensor:
-        """The absolute positions held, oldest first, (held,)."""
+        """The absolute positions held, oldest first, (held,) on the CPU."""
         return torch.arange(self.length - self.held(), self.length)
 
     def keys_values(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +49,7 @@ class KVCache:
         keys, values = self.buffers
         if self.window is None:
             return keys[:, :, : self.length], values[:, :, : self.length]
-        ring = self.positions().to(keys.device) % self.window
+        ring = self.positions() % self.window  # a CPU index serves buffers on any device
         return keys[:, :, ring], values[:, :, ring]
 
     def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +85,7 @@ class KVCache:
             values[:, :, start:end] = v
         else:
             kept = min(new, self.window)  # of a chunk longer than W only the last W stay
-            ring = torch.arange(end - kept, end, device=k.device) % self.window
+            ring = torch.arange(end - kept, end) % self.window
             keys[:, :, ring] = k[:, :, new - kept :]
             values[:, :, ring] = v[:, :, new - kept :]
         self.length = end

@@ -242,7 +242,7 @@ def test_a_reset_cache_behaves_like_a_new_one(device, kind, case, sizes, batch):
     for layer in layer_caches(cache):
         layer.reset()
         assert layer.length == 0 and layer.held() == 0 and layer.positions().tolist() == []
-        with pytest.raises(ValueError, match="empty"):
+        with pytest.raises(ValueError, match=message_names("cache", "empty", "reset")):
             layer.keys_values()
     again = decode(module, second, chunks, cache)
     fresh = decode(module, second, chunks, new_cache(kind, module, case.seq))
@@ -271,6 +271,15 @@ def _kv(batch=2, heads=3, t=1, d=4, dv=4, dtype=torch.float32, device="cpu"):
 def test_cache_refuses_a_max_len_that_is_not_a_positive_int(max_len):
     with pytest.raises(ValueError, match=message_names("max_len", max_len)):
         KVCache(max_len)
+
+
+@pytest.mark.req("ERR-3")
+@pytest.mark.parametrize(
+    "window, error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_cache_refuses_a_window_that_is_not_a_positive_int_or_none(window, error):
+    with pytest.raises(error, match=message_names("window", window)):
+        KVCache(4, window)
 
 
 @pytest.mark.req("ERR-3")
@@ -339,21 +348,25 @@ def test_cache_refuses_another_dtype_or_device_than_it_holds():
 
 @pytest.mark.req("ERR-3")
 @pytest.mark.parametrize(
-    "k, v, word",
+    "k, v, words",
     [
-        (torch.zeros(2, 3, 4), torch.zeros(2, 3, 1, 4), "k"),
-        (torch.zeros(2, 3, 1, 4), torch.zeros(3, 1, 4), "v"),
-        ([[0.0]], torch.zeros(2, 3, 1, 4), "k"),
-        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 2, 4), "do not match"),
-        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 2, 1, 4), "do not match"),
-        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 1, 4, dtype=torch.float64), "do not match"),
-        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 1, 4, device="meta"), "do not match"),
-        (torch.zeros(2, 3, 0, 4), torch.zeros(2, 3, 0, 4), "0 positions"),
+        (torch.zeros(2, 3, 4), torch.zeros(2, 3, 1, 4), ("k", "(2, 3, 4)")),
+        (torch.zeros(2, 3, 1, 4), torch.zeros(3, 1, 4), ("v", "(3, 1, 4)")),
+        ([[0.0]], torch.zeros(2, 3, 1, 4), ("k", "list")),
+        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 2, 4), ("do not match", "(2, 3, 1, 4)", "(2, 3, 2, 4)")),
+        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 2, 1, 4), ("do not match", "(2, 2, 1, 4)")),
+        (
+            torch.zeros(2, 3, 1, 4),
+            torch.zeros(2, 3, 1, 4, dtype=torch.float64),
+            ("do not match", "torch.float64"),
+        ),
+        (torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 1, 4, device="meta"), ("do not match", "meta")),
+        (torch.zeros(2, 3, 0, 4), torch.zeros(2, 3, 0, 4), ("0 positions", "(2, 3, 0, 4)")),
     ],
 )
-def test_cache_refuses_malformed_keys_and_values(k, v, word):
+def test_cache_refuses_malformed_keys_and_values(k, v, words):
     cache = KVCache(8, 2)
-    with pytest.raises(ValueError, match=message_names(word)):
+    with pytest.raises(ValueError, match=message_names(*words)):
         cache.update(k, v, 0)
     assert cache.length == 0 and cache.buffers is None
 
