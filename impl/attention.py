@@ -83,13 +83,15 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
 
+    # GQA: KV head g serves query heads g*r .. g*r + r - 1.  Those r heads' queries are stacked
+    # as r*Tq rows against the one KV head, so K and V are never copied r times.
     group = n_heads // n_kv_heads
-    k = k.repeat_interleave(group, dim=1)  # (B, Hq, Tk, d): KV head g -> query heads g*r..g*r+r-1
-    v = v.repeat_interleave(group, dim=1)
+    grouped_q = q.reshape(batch, n_kv_heads, group * tq, head_dim)
 
     # Half-precision inputs are scored and normalised in float32.
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    scores = torch.matmul(q.to(compute), k.to(compute).mT) * scale  # (B, Hq, Tq, Tk)
+    scores = torch.matmul(grouped_q.to(compute), k.to(compute).mT) * scale  # (B, Hkv, r*Tq, Tk)
+    scores = scores.view(batch, n_heads, tq, tk)
     allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
     scores = scores + additive_mask(allowed)
 
@@ -100,7 +102,10 @@ def scaled_dot_product_attention(
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
 
-    out = torch.matmul(weights, v.to(compute)).to(q.dtype)
+    out = torch.matmul(
+        weights.reshape(batch, n_kv_heads, group * tq, tk), v.to(compute)
+    )  # (B, Hkv, r*Tq, dv)
+    out = out.view(batch, n_heads, tq, v.shape[-1]).to(q.dtype)
     if return_weights:
         return out, weights.to(q.dtype)
     return out
