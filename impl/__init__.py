@@ -1,6 +1,6 @@
 """attnspec's implementation under test: a readable PyTorch decoder block."""
 
-from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_or_zero
+from .attention import check_attention_inputs, scaled_dot_product_attention
 from .block import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
 from .cache import KVCache
 from .heads import merge_heads, split_heads
@@ -34,6 +34,5 @@ __all__ = [
     "rope_cos_sin",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
-    "softmax_or_zero",
     "split_heads",
 ]

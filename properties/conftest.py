@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -64,3 +65,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.config.getoption("--device"))
+
+
+# The attention paths every attention-level property runs on: the explicit formula (tiling off)
+# and the tiled path with tiles of 3 queries, so the small drawn sequences span several tiles,
+# a ragged last tile included.
+ATTENTION_PATHS = {"explicit": sys.maxsize, "tiled": 3}
+
+
+@pytest.fixture(params=list(ATTENTION_PATHS), scope="module")
+def attention_path(request: pytest.FixtureRequest):
+    """Run the requesting tests once per attention path (impl.attention.QUERY_TILE)."""
+    import impl.attention
+
+    saved = impl.attention.QUERY_TILE
+    impl.attention.QUERY_TILE = ATTENTION_PATHS[request.param]
+    yield request.param
+    impl.attention.QUERY_TILE = saved

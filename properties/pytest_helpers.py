@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -179,3 +180,16 @@ def names_value(word: str, value: object) -> str:
     """A regex for ``word`` followed by its value (``q (2, 0, 3)``, ``window=-2``, ``tk: 0``):
     ERR-1 asks the message to name the argument *and* its value."""
     return names(word) + r"\s*[=:]?\s*" + re.escape(str(value)) + r"(?![\w.])"
+
+
+@contextlib.contextmanager
+def module_attributes(module, **values):
+    """Set attributes of ``module`` (a tile size, a wrapped function) for the duration of a block."""
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)

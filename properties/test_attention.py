@@ -36,6 +36,9 @@ from properties.pytest_helpers import (
 )
 from specs.oracle import attention_oracle, mask_oracle
 
+# Every property here runs on each attention path (explicit and tiled; see conftest.py).
+pytestmark = pytest.mark.usefixtures("attention_path")
+
 # --- local helpers -------------------------------------------------------------------------
 
 

@@ -26,6 +26,9 @@ from properties.pytest_helpers import (
     mlp_oracle,
 )
 
+# Every property here runs on each attention path (explicit and tiled; see conftest.py).
+pytestmark = pytest.mark.usefixtures("attention_path")
+
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 MODULE_KINDS = ("attention", "transformer", "stack")
 

@@ -26,6 +26,9 @@ from properties.hypothesis_helpers import (
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
 from specs.oracle import attention_oracle, mask_oracle
 
+# Every property here runs on each attention path (explicit and tiled; see conftest.py).
+pytestmark = pytest.mark.usefixtures("attention_path")
+
 FLOAT_DTYPES = (*FULL_PRECISION, *LOW_PRECISION)
 
 

@@ -204,6 +204,7 @@ def _float64_block(case, layer_idx: int, device) -> AttentionBlock:
     return randomize_(block, case.seed + 1)
 
 
+@pytest.mark.usefixtures("attention_path")
 @pytest.mark.req("ROPE-4")
 @given(case=block_cases(), layer_idx=st.integers(0, 1), shift=st.integers(1, 1000))
 def test_block_output_is_invariant_to_a_common_position_shift(device, case, layer_idx, shift):
@@ -216,6 +217,7 @@ def test_block_output_is_invariant_to_a_common_position_shift(device, case, laye
     assert_close(at_s, at0, f"AttentionBlock output at offset {shift} vs offset 0")
 
 
+@pytest.mark.usefixtures("attention_path")
 @pytest.mark.req("ROPE-4", "ROPE-3")
 @given(case=block_cases(), offset=st.sampled_from([0, 0, 1, 7, 100]))
 def test_rope_reaches_q_and_k_in_the_block(device, case, offset):

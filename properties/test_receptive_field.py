@@ -18,6 +18,9 @@ from impl import TransformerStack
 from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
 from properties.pytest_helpers import assert_exactly_equal, dependency_matrix
 
+# Every property here runs on each attention path (explicit and tiled; see conftest.py).
+pytestmark = pytest.mark.usefixtures("attention_path")
+
 
 def _dependencies(case: BlockCase, device) -> torch.Tensor:
     """(T, T) boolean: output token i of the float64 stack has a non-zero derivative in input j.

@@ -1,0 +1,70 @@
+"""The attention paths: which one runs, what each tile is given, and that they agree (ATTN-12).
+
+Every other attention property runs on both paths through the `attention_path` fixture
+(conftest.py); this module pins the tiled path's own contract with tiles of 1 to 6 queries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import impl.attention
+from impl import scaled_dot_product_attention as sdpa
+from properties.hypothesis_helpers import FULL_PRECISION, attn_cases
+from properties.pytest_helpers import assert_close, module_attributes
+from specs.oracle import visible_keys
+
+
+def expected_calls(tq: int, tk: int, tile: int, window: int | None) -> list[tuple[int, int]]:
+    """(queries, keys) of each explicit computation, in any order: all keys at once, or per tile
+    of queries the keys that one of them may see (the oracle's visible keys, joined over the tile)."""
+    if not tile < tq <= tk:
+        return [(tq, tk)]
+    calls = []
+    for start in range(0, tq, tile):
+        rows = range(start, min(start + tile, tq))
+        seen = set().union(*(visible_keys(i, tq, tk, window=window) for i in rows))
+        calls.append((len(rows), len(seen)))
+    return calls
+
+
+@contextlib.contextmanager
+def explicit_calls(tile: int):
+    """Tiles of ``tile`` queries; yields the (queries, keys) of every explicit computation."""
+    explicit = impl.attention.explicit_attention
+    calls: list[tuple[int, int]] = []
+
+    def recording(q, k, v, **kwargs):
+        calls.append((q.shape[2], k.shape[2]))
+        return explicit(q, k, v, **kwargs)
+
+    with module_attributes(impl.attention, QUERY_TILE=tile, explicit_attention=recording):
+        yield calls
+
+
+@pytest.mark.req("ATTN-12")
+@given(case=attn_cases(max_t=16), tile=st.integers(1, 6), dtype=st.sampled_from(FULL_PRECISION))
+def test_each_tile_is_given_exactly_the_keys_its_queries_may_see(device, case, tile, dtype):
+    q, k, v, sinks = case.make(device, dtype)
+    with explicit_calls(tile) as calls:
+        out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    expected = expected_calls(case.tq, case.tk, tile, case.window)
+    assert sorted(calls) == sorted(expected), f"tile {tile}: (queries, keys) {calls}, expected {expected}"
+    reference, _ = impl.attention.explicit_attention(q, k, v, window=case.window, sinks=sinks)
+    assert_close(out, reference, f"tiles of {tile} queries vs the explicit formula")
+
+
+@pytest.mark.req("ATTN-12")
+@given(case=attn_cases(max_t=8), tile=st.integers(1, 3))
+def test_weights_and_non_causal_attention_take_the_explicit_path(device, case, tile):
+    """Weights are a (Tq, Tk) matrix and full attention has no prefix to cut: never tiled."""
+    q, k, v, sinks = case.make(device, torch.float64)
+    with explicit_calls(tile) as calls:
+        sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+        sdpa(q, k, v, causal=False, sinks=sinks)
+    assert calls == [(case.tq, case.tk)] * 2, f"tile {tile}: (queries, keys) {calls}"
