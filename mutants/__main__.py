@@ -52,11 +52,12 @@ def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = 
         count = sum(map(len, by_fault.values()))
         print(f"kill matrix: running the whole suite against {count} catalogue mutants ...", flush=True)
         started = time.monotonic()
-        cells = kill_matrix(
+        cells, paths = kill_matrix(
             campaign.workspace, driver_env(campaign.workspace), by_fault, campaign.max_children
         )
-        (report_path.parent / "kill-matrix.json").write_text(json.dumps(cells, indent=1, sort_keys=True))
-        table = matrix_table(cells) + f"\n  ({time.monotonic() - started:.0f} s)"
+        saved = {"requirements": cells, "paths": {fault: sorted(on) for fault, on in paths.items()}}
+        (report_path.parent / "kill-matrix.json").write_text(json.dumps(saved, indent=1, sort_keys=True))
+        table = matrix_table(cells, paths) + f"\n  ({time.monotonic() - started:.0f} s)"
         if write_heatmap(cells, report_path.parent / "kill-matrix.png"):
             table += f"\n  heatmap: {report_path.parent.relative_to(campaign.root) / 'kill-matrix.png'}"
         print("\n" + table)

@@ -17,6 +17,7 @@ from pathlib import Path
 from .catalogue import FAULTS
 
 Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
+Paths = dict[str, set[str]]  # fault id -> attention paths ("explicit", "tiled") whose tests killed it
 
 
 def _run_one(workspace: Path, env: dict[str, str], name: str, out_dir: Path) -> None:
@@ -28,30 +29,37 @@ def _run_one(workspace: Path, env: dict[str, str], name: str, out_dir: Path) -> 
 
 def kill_matrix(
     workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int
-) -> Matrix:
-    """Run every catalogue mutant against the whole suite; ``env`` is the campaign's environment."""
+) -> tuple[Matrix, Paths]:
+    """Run every catalogue mutant against the whole suite; ``env`` is the campaign's environment.
+    Also returns, per fault, the attention paths on which a test killed it."""
     out_dir = workspace / "matrix"
     out_dir.mkdir(exist_ok=True)
     names = [name for names in mutants_by_fault.values() for name in names]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         list(pool.map(lambda name: _run_one(workspace, env, name, out_dir), names))
     matrix: Matrix = {fault_id: {} for fault_id in mutants_by_fault}
+    paths: Paths = {fault_id: set() for fault_id in mutants_by_fault}
     for fault_id, fault_mutants in mutants_by_fault.items():
         for name in fault_mutants:
             log = out_dir / f"{name}.tsv"
             lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
             for line in lines:
-                _test, requirements, seconds = line.split("\t")
+                _test, requirements, seconds, path = line.split("\t")
                 for rid in filter(None, requirements.split(",")):
                     cell = matrix[fault_id]
                     cell[rid] = min(cell.get(rid, float("inf")), float(seconds))
-    return matrix
+                if path:
+                    paths[fault_id].add(path)
+    return matrix, paths
 
 
-def matrix_table(matrix: Matrix) -> str:
-    """One line per fault: the requirements that kill it, fastest first; '!' marks an expected
-    requirement (per the catalogue) whose properties did not kill it."""
-    lines = ["kill matrix (requirement: seconds of its fastest failing test):"]
+def matrix_table(matrix: Matrix, paths: Paths) -> str:
+    """One line per fault: the requirements that kill it, fastest first, and the attention paths
+    on which it was killed ('-': only by tests that run on no particular path).  '!' marks an
+    expected requirement (per the catalogue) whose properties did not kill it, or a fault killed
+    on some attention paths but not on all of them."""
+    every_path = set().union(*paths.values())
+    lines = ["kill matrix (requirement: seconds of its fastest failing test; paths that killed it):"]
     for fault in FAULTS:
         row = matrix.get(fault.id)
         if row is None:
@@ -59,7 +67,11 @@ def matrix_table(matrix: Matrix) -> str:
         kills = "  ".join(f"{rid} {s:.2f}s" for rid, s in sorted(row.items(), key=lambda kv: kv[1]))
         missed = [rid for rid in fault.kills if rid not in row]
         note = f"   ! expected but not killing: {', '.join(missed)}" if missed else ""
-        lines.append(f"  {fault.id:<4} {len(row):2d} requirements  {kills or 'NONE'}{note}")
+        killed_on = paths.get(fault.id, set())
+        if killed_on and killed_on != every_path:
+            note += f"   ! not killed on: {', '.join(sorted(every_path - killed_on))}"
+        on = ", ".join(sorted(killed_on)) or "-"
+        lines.append(f"  {fault.id:<4} {len(row):2d} requirements  [{on}]  {kills or 'NONE'}{note}")
     return "\n".join(lines)
 
 
