@@ -1,0 +1,64 @@
+"""The bench cases: impl/ against torch on the same inputs (B=1, 8 query heads of 64, fp32).
+
+Each case builds its inputs once and returns two zero-argument functions, "impl" and "torch";
+the benches time them, ``benches.memory`` measures their peak memory, ``benches.report``
+turns both into ratios.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from benches.reference import torch_attention, torch_attention_block
+from impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
+
+HEADS, HEAD_DIM = 8, 64
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # "causal", "window", "block"
+    seq: int
+    window: int | None = None
+    kv_heads: int = HEADS
+    rounds: int = 5  # timed rounds per side (the slowest torch cases take seconds a call)
+
+    def functions(self) -> dict[str, Callable[[], torch.Tensor]]:
+        gen = torch.Generator().manual_seed(0)
+        if self.kind == "block":
+            cfg = ModelConfig(
+                d_model=HEADS * HEAD_DIM, n_heads=HEADS, n_kv_heads=self.kv_heads, head_dim=HEAD_DIM,
+                window=self.window, use_sinks=True,
+            )  # fmt: skip
+            block = AttentionBlock(cfg, layer_idx=0).eval()
+            with torch.no_grad():
+                block.sinks.copy_(torch.randn(HEADS, generator=gen))
+            x = torch.randn(1, self.seq, cfg.d_model, generator=gen)
+            return {"impl": lambda: block(x), "torch": lambda: torch_attention_block(block, x)}
+        q = torch.randn(1, HEADS, self.seq, HEAD_DIM, generator=gen)
+        k = torch.randn(1, self.kv_heads, self.seq, HEAD_DIM, generator=gen)
+        v = torch.randn(1, self.kv_heads, self.seq, HEAD_DIM, generator=gen)
+        return {
+            "impl": lambda: scaled_dot_product_attention(q, k, v, window=self.window),
+            "torch": lambda: torch_attention(q, k, v, window=self.window),
+        }
+
+
+CASES = {
+    case.name: case
+    for case in (
+        Case("causal-1024", "causal", 1024, rounds=10),
+        Case("causal-4096", "causal", 4096),
+        Case("gqa8/2-4096", "causal", 4096, kv_heads=2),
+        Case("window128-4096", "window", 4096, window=128),
+        Case("window128-8192", "window", 8192, window=128, rounds=3),
+        Case("window128-16384", "window", 16384, window=128, rounds=2),
+        Case("window512-4096", "window", 4096, window=512),
+        Case("window512-16384", "window", 16384, window=512, rounds=2),
+        Case("block-1024", "block", 1024, window=128, kv_heads=2, rounds=10),
+    )
+}

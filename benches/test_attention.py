@@ -1,0 +1,30 @@
+"""impl/ against torch's kernels, case by case (benches/cases.py), in the same run.
+
+Each case is timed for both sides, grouped by case; `python -m benches.report` turns the saved
+JSON into ratios impl/torch.  Before timing, the two sides must agree (it is the same
+computation), so a fast path that went wrong cannot look fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benches.cases import CASES
+
+_checked: set[str] = set()
+
+
+@pytest.mark.parametrize("side", ["impl", "torch"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_attention(benchmark, name: str, side: str) -> None:
+    case = CASES[name]
+    with torch.no_grad():
+        functions = case.functions()
+        if name not in _checked:
+            torch.testing.assert_close(functions["impl"](), functions["torch"](), rtol=1e-4, atol=1e-4)
+            _checked.add(name)
+        benchmark.group = name
+        benchmark.extra_info.update(case=name, side=side, seq=case.seq, window=case.window, kind=case.kind)
+        out = benchmark.pedantic(functions[side], rounds=case.rounds, iterations=1, warmup_rounds=1)
+    assert out.shape[-2] == case.seq or out.shape[-2:] == (case.seq, 512)
