@@ -1,54 +1,18 @@
 """torch's own kernels under attnspec's conventions: what impl/ is timed against.
 
-- ``torch_attention``: ``F.scaled_dot_product_attention`` with queries aligned bottom-right
-  (``is_causal`` when that is the same thing), a boolean band mask for a window, GQA through
-  ``enable_gqa``, and sinks as one extra all-zero key and value whose float-mask column holds
-  the sink logit (its score is then exactly the sink, unscaled, and its value adds nothing).
+- ``torch_attention``: the conformance kit's torch adapter (properties/adapters/torch_sdpa.py):
+  ``F.scaled_dot_product_attention`` with bottom-right queries (``is_causal`` where that is the
+  same), a boolean band mask for a window, ``enable_gqa``, and sinks as one extra zero key.
 - ``torch_attention_block``: the AttentionBlock's computation with torch primitives
   (``F.rms_norm``, ``F.linear``, RoPE, ``torch_attention``) and an impl block's parameters.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-
-def band_mask(tq: int, tk: int, window: int | None, device=None) -> torch.Tensor:
-    """(tq, tk) booleans, True where query i (at position tk - tq + i) may see key j."""
-    query = torch.arange(tk - tq, tk, device=device)[:, None]
-    key = torch.arange(tk, device=device)[None, :]
-    allowed = key <= query
-    if window is not None:
-        allowed &= key > query - window
-    return allowed
-
-
-def torch_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Causal attention (B, Hq, Tq, dv) by torch's SDPA; k, v (B, Hkv, Tk, d)."""
-    tq, tk = q.shape[2], k.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if window is None and sinks is None and tq == tk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    allowed = band_mask(tq, tk, window, q.device)
-    if sinks is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
-    mask = torch.zeros(q.shape[1], tq, tk + 1, dtype=q.dtype, device=q.device)
-    mask[:, :, :tk].masked_fill_(~allowed, -math.inf)
-    mask[:, :, tk] = sinks.to(q.dtype)[:, None]
-    zero_k = k.new_zeros(*k.shape[:2], 1, k.shape[3])
-    zero_v = v.new_zeros(*v.shape[:2], 1, v.shape[3])
-    k, v = torch.cat([k, zero_k], dim=2), torch.cat([v, zero_v], dim=2)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+from properties.adapters.torch_sdpa import attention as torch_attention
 
 
 def rope(x: torch.Tensor, base: float) -> torch.Tensor:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
+from properties import targets
 from specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -36,6 +37,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("ATTNSPEC_DEVICE", "cpu"),
         help="torch device the properties run on (default: $ATTNSPEC_DEVICE or cpu)",
     )
+    parser.addoption(
+        "--impl",
+        default=os.environ.get(targets.ENV, "impl"),
+        help="the implementation under test: a built-in adapter "
+        f"({', '.join(targets.ADAPTERS)}) or package.module:object (default: ${targets.ENV} or impl)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,6 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
     device = config.getoption("--device")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")
+    os.environ[targets.ENV] = config.getoption("--impl")  # test modules read it when imported
+    try:
+        targets.current()
+    except (ImportError, AttributeError, TypeError, ValueError) as error:
+        raise pytest.UsageError(f"--impl {config.getoption('--impl')}: {error}") from error
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -60,6 +72,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             problems.append(f"{item.nodeid} names no requirement (add @pytest.mark.req('ID'))")
     if problems:
         raise pytest.UsageError("\n".join(problems))
+    target = targets.current()
+    for item in items:
+        missing = sorted(
+            {cap for mark in item.iter_markers("needs") for cap in mark.args} - target.capabilities
+        )
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"--impl {target.name} lacks: {', '.join(missing)}"))
+            for capability in missing:
+                _skipped_for[capability] = _skipped_for.get(capability, 0) + 1
+
+
+_skipped_for: dict[str, int] = {}  # capability -> tests skipped because the target lacks it
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The capability table of the target: what it supports and what its absence skipped."""
+    target = targets.current()
+    if target.name == "impl" and not _skipped_for:
+        return
+    terminalreporter.section(f"capabilities of --impl {target.name}")
+    for name, meaning in targets.CAPABILITIES.items():
+        mark = "yes" if name in target.capabilities else "no "
+        skipped = f"  (skipped {_skipped_for[name]})" if name in _skipped_for else ""
+        terminalreporter.write_line(f"  {mark}  {name:<11} {meaning}{skipped}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that use the attention_path fixture run once per path of impl/ (once for other targets)."""
+    if "attention_path" in metafunc.fixturenames:
+        paths = list(ATTENTION_PATHS) if targets.current().name == "impl" else ["explicit"]
+        metafunc.parametrize("attention_path", paths, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +116,7 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 ATTENTION_PATHS = {"explicit": sys.maxsize, "tiled": 3}
 
 
-@pytest.fixture(params=list(ATTENTION_PATHS), scope="module")
+@pytest.fixture(scope="module")
 def attention_path(request: pytest.FixtureRequest):
     """Run the requesting tests once per attention path (impl.attention.QUERY_TILE)."""
     import impl.attention

@@ -8,10 +8,12 @@ from that seed, so a failing example is reproducible from its printed repr.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
+
+from properties.targets import current
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -101,9 +103,33 @@ def attn_cases(
     window = draw(st.one_of(st.none(), st.integers(1, tk + 2))) if windows else None
     use_sinks = draw(st.booleans()) if sinks else False
     magnitude = draw(st.sampled_from([1.0, 0.1, 3.0]))
-    return AttnCase(
+    case = AttnCase(
         batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds), magnitude
     )
+    return fit_to_target(case)
+
+
+def fit_to_target(case: AttnCase) -> AttnCase:
+    """The case without what the implementation under test does not support (--impl): one KV
+    head per query head without "gqa", Tq = Tk without "decode", no window, no sinks."""
+    target = current()
+    return replace(
+        case,
+        n_kv_heads=case.n_kv_heads if target.supports("gqa") else case.n_heads,
+        tq=case.tq if target.supports("decode") else case.tk,
+        window=case.window if target.supports("window") else None,
+        use_sinks=case.use_sinks and target.supports("sinks"),
+    )
+
+
+def causal_flags() -> st.SearchStrategy[bool]:
+    """causal True or False, or only True when the target has no "non_causal"."""
+    return st.booleans() if current().supports("non_causal") else st.just(True)
+
+
+def scales(low: float, high: float) -> st.SearchStrategy[float | None]:
+    """The default scale (None) or an explicit one in [low, high] when the target takes one."""
+    return st.one_of(st.none(), st.floats(low, high)) if current().supports("scale") else st.none()
 
 
 @dataclass(frozen=True)
@@ -229,7 +255,9 @@ def float_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
 
 
 def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:
-    """fp16/bf16 where a matmul in that dtype runs on ``device``."""
+    """fp16/bf16 where a matmul in that dtype runs on ``device`` (and the target takes them)."""
+    if not current().supports("float16"):
+        return []
     supported = []
     for dtype in LOW_PRECISION:
         try:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
+from specs.oracle import attention_block_oracle, attention_oracle, ffn_oracle, rms_norm_oracle
 from specs.tolerance import golden_bound
 
 
@@ -193,3 +193,54 @@ def module_attributes(module, **values):
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+
+
+def convention_mismatch(out: torch.Tensor, q, k, v, *, causal=True, window=None, sinks=None, scale=None):
+    """The other, legitimate attention convention that ``out`` follows, if it follows one: a window
+    of W+1 or W-1 keys, tile-style GQA, or top-left alignment; None if none explains it."""
+    tq, tk, r = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
+    same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
+
+    def oracle(q, k, v, **change):
+        return attention_oracle(q, k, v, **{**same, **change})[0]
+
+    def top_left():  # query i at position i: the bottom-right oracle of row i over keys 0..i
+        return torch.cat(
+            [oracle(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1]) for i in range(tq)], dim=2
+        )
+
+    candidates = []
+    if causal and window is not None:
+        inclusive = f"a window of W+1 = {window + 1} keys (p-W <= j <= p: an inclusive bound)"
+        candidates.append((inclusive, lambda: oracle(q, k, v, window=window + 1)))
+        if window > 1:
+            candidates.append(
+                (f"a window of W-1 = {window - 1} keys", lambda: oracle(q, k, v, window=window - 1))
+            )
+    if r > 1:
+        tiled = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
+        candidates.append((tiled, lambda: oracle(q, k.repeat(1, r, 1, 1), v.repeat(1, r, 1, 1))))
+    if causal and tq != tk:
+        candidates.append(("top-left alignment (query i at position i, like torch's is_causal)", top_left))
+    tolerance = 1e-6 if out.dtype == torch.float64 else 1e-3 if out.dtype == torch.float32 else 3e-2
+    for description, expected_output in candidates:
+        expected = expected_output()
+        err = (out.detach().cpu().double() - expected).abs().max().item()
+        if err <= tolerance * max(1.0, expected.abs().max().item()):
+            return description
+    return None
+
+
+def assert_attention_golden(out, golden, ref_lowp, what: str, q, k, v, **conventions) -> None:
+    """assert_golden for an attention output; when it fails and the output follows another
+    legitimate convention (convention_mismatch), the message says so first."""
+    try:
+        assert_golden(out, golden, ref_lowp, what)
+    except AssertionError as failure:
+        other = convention_mismatch(out, q, k, v, **conventions)
+        if other is None:
+            raise
+        raise AssertionError(
+            f"convention mismatch: the target follows {other}; attnspec's convention is bottom-right "
+            f"queries, p-W < j <= p and KV head h // r (DESIGN.md)\n{failure}"
+        ) from None

@@ -12,21 +12,23 @@ from dataclasses import replace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from impl import scaled_dot_product_attention as sdpa
+from properties.adapters.torch_sdpa import attention as torch_sdpa_reference
 from properties.hypothesis_helpers import (
     FULL_PRECISION,
     LOW_PRECISION,
     AttnCase,
     attn_cases,
+    causal_flags,
     float_dtypes,
     noise_like,
+    scales,
     seeds,
 )
 from properties.pytest_helpers import (
+    assert_attention_golden,
     assert_close,
     assert_exactly_equal,
     assert_exactly_zero,
@@ -34,7 +36,11 @@ from properties.pytest_helpers import (
     dot_products,
     sink_probability,
 )
+from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
+
+TARGET = current()  # the implementation under test (--impl; impl/ by default)
+sdpa = TARGET.attention
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py).
 pytestmark = pytest.mark.usefixtures("attention_path")
@@ -45,7 +51,7 @@ pytestmark = pytest.mark.usefixtures("attention_path")
 def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
     """Skip a low-precision parametrisation that the device cannot run."""
     if dtype not in float_dtypes(device):
-        pytest.skip(f"{dtype} matmul does not run on {device}")
+        pytest.skip(f"{dtype}: its matmul does not run on {device}, or --impl {TARGET.name} lacks float16")
 
 
 @st.composite
@@ -53,42 +59,23 @@ def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
     """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
     can see no key at all."""
     case = draw(attn_cases(max_t=max_t))
+    if not TARGET.supports("decode"):
+        return case  # Tq != Tk is beyond the target (the blind-query tests need "decode")
     return replace(case, tq=case.tk + draw(st.integers(1, 4)))
 
 
-def bottom_right_mask(tq: int, tk: int, causal: bool, window: int | None, device) -> torch.Tensor:
-    """Bool (Tq, Tk) 'may attend' mask built from tril/triu diagonals (independent of impl and
-    of the oracle): key j is allowed iff j - i <= Tk - Tq, and with a window also
-    j - i >= Tk - Tq - W + 1."""
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=device)
-    if causal:
-        allowed = allowed.tril(diagonal=tk - tq)
-        if window is not None:
-            allowed = allowed.triu(diagonal=tk - tq - window + 1)
-    return allowed
-
-
-def torch_sdpa_reference(q, k, v, *, causal=True, window=None, sinks=None, scale=None) -> torch.Tensor:
-    """torch.nn.functional.scaled_dot_product_attention with the project's conventions: an
-    explicit bottom-right bool mask, enable_gqa, and sinks as one extra zero key/value whose
-    float-mask column holds the sink logit (the zero key scores 0, so the logit is the sink)."""
-    batch, n_heads, tq, d = q.shape
-    n_kv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
-    allowed = bottom_right_mask(tq, tk, causal, window, q.device)
-    if sinks is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
-    k = torch.cat([k, k.new_zeros(batch, n_kv, 1, d)], dim=2)
-    v = torch.cat([v, v.new_zeros(batch, n_kv, 1, dv)], dim=2)
-    mask = torch.zeros(1, n_heads, tq, tk + 1, dtype=q.dtype, device=q.device)
-    mask[..., :tk] = mask[..., :tk].masked_fill(~allowed, -math.inf)
-    mask[..., tk] = sinks.to(q.dtype).view(n_heads, 1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+def attend(q, k, v, **kwargs):
+    """(output, weights) from the target; weights is None when it does not return them."""
+    if TARGET.supports("weights"):
+        return sdpa(q, k, v, return_weights=True, **kwargs)
+    return sdpa(q, k, v, **kwargs), None
 
 
 # --- ATTN-1: weights are a distribution (with the sink column) -----------------------------
 
 
 @pytest.mark.req("ATTN-1")
+@pytest.mark.needs("weights")
 @given(case=st.one_of(attn_cases(max_t=8), blind_query_cases()), dtype=st.sampled_from(FULL_PRECISION))
 def test_weights_and_sink_sum_to_one(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
@@ -111,6 +98,7 @@ def test_weights_and_sink_sum_to_one(case, dtype, device):
 
 
 @pytest.mark.req("ATTN-2")
+@pytest.mark.needs("weights")
 @given(case=attn_cases(), data=st.data())
 def test_masked_weights_are_exactly_zero(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
@@ -122,6 +110,7 @@ def test_masked_weights_are_exactly_zero(case, data, device):
 
 
 @pytest.mark.req("ATTN-2", "MASK-1", "MASK-2")
+@pytest.mark.needs("weights")
 @given(case=attn_cases())
 def test_weight_support_is_exactly_the_mask(case, device):
     # In float64 no visible weight underflows for these magnitudes, so the non-zero pattern of
@@ -137,19 +126,23 @@ def test_weight_support_is_exactly_the_mask(case, device):
 
 
 @pytest.mark.req("ATTN-3")
+@pytest.mark.needs("decode")
 @given(case=blind_query_cases(), data=st.data())
 def test_blind_queries_give_exact_zero_not_nan(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    assert not bool(torch.isnan(out).any() or torch.isnan(w).any()), "NaN with fully masked rows"
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    assert not bool(torch.isnan(out).any()), "NaN output with fully masked rows"
     blind = case.tq - case.tk  # queries 0 .. blind-1 sit at negative positions
     assert_exactly_zero(out[:, :, :blind], f"output of the {blind} queries that see no key")
-    assert_exactly_zero(w[:, :, :blind], f"weights of the {blind} queries that see no key")
+    if w is not None:
+        assert not bool(torch.isnan(w).any()), "NaN weights with fully masked rows"
+        assert_exactly_zero(w[:, :, :blind], f"weights of the {blind} queries that see no key")
     assert bool(torch.isfinite(out[:, :, blind:]).all()), "non-finite output on rows that see keys"
 
 
 @pytest.mark.req("ATTN-3")
+@pytest.mark.needs("decode")
 @given(case=blind_query_cases(max_t=6), dtype=st.sampled_from(FULL_PRECISION), seed=seeds)
 def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
     q, k, v, sinks = (t if t is None else t.requires_grad_(True) for t in case.make(device, dtype))
@@ -170,8 +163,8 @@ def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
 @pytest.mark.parametrize("dtype", [*FULL_PRECISION, *LOW_PRECISION], ids=str)
 @given(
     case=st.one_of(attn_cases(max_t=8), blind_query_cases(max_t=6)),
-    causal=st.booleans(),
-    scale=st.one_of(st.none(), st.floats(0.1, 2.0)),
+    causal=causal_flags(),
+    scale=scales(0.1, 2.0),
 )
 def test_matches_the_oracle(dtype, case, causal, scale, device):
     require_dtype(dtype, device)
@@ -179,7 +172,7 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
         case = replace(case, window=None)
     q, k, v, sinks = case.make(device, dtype)
     kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
-    out, w = sdpa(q, k, v, return_weights=True, **kwargs)
+    out, w = attend(q, k, v, **kwargs)
     golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 from the same (rounded) inputs
     if dtype == torch.float64:
         ref_out, ref_w = golden_out, golden_w
@@ -187,8 +180,9 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
         ref_out, ref_w = attention_oracle(q, k, v, dtype=dtype, **kwargs)
     assert out.dtype == dtype, f"output dtype {out.dtype} for {dtype} inputs"
     what = f"vs the oracle ({dtype}, causal={causal}, W={case.window}, scale={scale})"
-    assert_golden(out, golden_out, ref_out, f"output {what}")
-    assert_golden(w, golden_w, ref_w, f"weights {what}")
+    assert_attention_golden(out, golden_out, ref_out, f"output {what}", q, k, v, **kwargs)
+    if w is not None:
+        assert_golden(w, golden_w, ref_w, f"weights {what}")
 
 
 # --- ATTN-5: torch's own SDPA -----------------------------------------------------------------
@@ -196,7 +190,7 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
 
 @pytest.mark.req("ATTN-5")
 @pytest.mark.parametrize("dtype", [*FULL_PRECISION, *LOW_PRECISION], ids=str)
-@given(case=attn_cases(), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.1, 2.0)))
+@given(case=attn_cases(), causal=causal_flags(), scale=scales(0.1, 2.0))
 def test_matches_torch_sdpa(dtype, case, causal, scale, device):
     require_dtype(dtype, device)
     if not causal:
@@ -216,7 +210,8 @@ def test_matches_torch_sdpa(dtype, case, causal, scale, device):
 
 
 @pytest.mark.req("ATTN-6")
-@given(case=attn_cases(), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 1.0)))
+@pytest.mark.needs("weights")
+@given(case=attn_cases(), causal=causal_flags(), scale=scales(0.05, 1.0))
 def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, device):
     if not causal:
         case = replace(case, window=None)
@@ -239,6 +234,7 @@ def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, dev
 
 
 @pytest.mark.req("ATTN-6")
+@pytest.mark.needs("weights", "non_causal")
 @pytest.mark.parametrize("head_dim", [16, 64, 256])
 def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     # N independent heads, each one query over two keys: D = log w_1 - log w_0 = s_1 - s_0.
@@ -264,17 +260,20 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
 
 
 @pytest.mark.req("ATTN-7")
+@pytest.mark.needs("non_causal")
 @given(case=attn_cases(windows=False), seed=seeds)
 def test_permuting_keys_and_values_together_changes_nothing(case, seed, device):
     q, k, v, sinks = case.make(device, torch.float64)
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(seed)).to(device)
-    out, w = sdpa(q, k, v, causal=False, sinks=sinks, return_weights=True)
-    out_p, w_p = sdpa(q, k[:, :, perm], v[:, :, perm], causal=False, sinks=sinks, return_weights=True)
+    out, w = attend(q, k, v, causal=False, sinks=sinks)
+    out_p, w_p = attend(q, k[:, :, perm], v[:, :, perm], causal=False, sinks=sinks)
     assert_close(out_p, out, f"output after permuting keys+values by {perm.tolist()}")
-    assert_close(w_p, w[..., perm], f"weights after permuting keys+values by {perm.tolist()}")
+    if w is not None:
+        assert_close(w_p, w[..., perm], f"weights after permuting keys+values by {perm.tolist()}")
 
 
 @pytest.mark.req("ATTN-7")
+@pytest.mark.needs("non_causal")
 @given(case=attn_cases(windows=False), seed=seeds)
 def test_permuting_queries_permutes_output_rows(case, seed, device):
     q, k, v, sinks = case.make(device, torch.float64)
@@ -303,13 +302,14 @@ def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
     for n, name in enumerate("qkv"):
         if name in which:
             changed[name][b] = noise_like(changed[name][b], seed + n)
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
     q2, k2, v2 = changed["q"], changed["k"], changed["v"]
-    out2, w2 = sdpa(q2, k2, v2, window=case.window, sinks=sinks, return_weights=True)
+    out2, w2 = attend(q2, k2, v2, window=case.window, sinks=sinks)
     others = [i for i in range(case.batch) if i != b]
     what = f"batch elements {others} after changing {which}[{b}]"
     assert_exactly_equal(out2[others], out[others], f"outputs of {what}")
-    assert_exactly_equal(w2[others], w[others], f"weights of {what}")
+    if w is not None:
+        assert_exactly_equal(w2[others], w[others], f"weights of {what}")
 
 
 # --- ATTN-9: prefix invariance ----------------------------------------------------------------
@@ -330,12 +330,13 @@ def test_future_positions_do_not_change_the_prefix(case, which, seed, data, devi
     for n, name in enumerate("qkv"):
         if name in which:
             changed[name][:, :, t + 1 :] = noise_like(changed[name][:, :, t + 1 :], seed + n) * 3
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
     q2, k2, v2 = changed["q"], changed["k"], changed["v"]
-    out2, w2 = sdpa(q2, k2, v2, window=case.window, sinks=sinks, return_weights=True)
+    out2, w2 = attend(q2, k2, v2, window=case.window, sinks=sinks)
     what = f"positions <= {t} after changing {which} at positions > {t} (W={case.window}, {dtype})"
     assert_exactly_equal(out2[:, :, : t + 1], out[:, :, : t + 1], f"outputs at {what}")
-    assert_exactly_equal(w2[:, :, : t + 1], w[:, :, : t + 1], f"weights at {what}")
+    if w is not None:
+        assert_exactly_equal(w2[:, :, : t + 1], w[:, :, : t + 1], f"weights at {what}")
 
 
 # --- ATTN-10: shapes --------------------------------------------------------------------------
@@ -347,14 +348,17 @@ def test_output_and_weight_shapes(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
     out = sdpa(q, k, v, window=case.window, sinks=sinks)
-    out_w, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out_w, w = attend(q, k, v, window=case.window, sinks=sinks)
     expected_out = (case.batch, case.n_heads, case.tq, case.dv)
     expected_w = (case.batch, case.n_heads, case.tq, case.tk)
     assert isinstance(out, torch.Tensor), f"without return_weights the result is a {type(out).__name__}"
     assert tuple(out.shape) == expected_out, f"output shape {tuple(out.shape)}, (B,Hq,Tq,dv)={expected_out}"
     assert tuple(out_w.shape) == expected_out, f"output shape {tuple(out_w.shape)} with return_weights"
-    assert tuple(w.shape) == expected_w, f"weights shape {tuple(w.shape)}, expected (B,Hq,Tq,Tk)={expected_w}"
-    for name, t in (("output", out), ("weights", w)):
+    results = [("output", out)]
+    if w is not None:
+        assert tuple(w.shape) == expected_w, f"weights shape {tuple(w.shape)}, (B,Hq,Tq,Tk)={expected_w}"
+        results.append(("weights", w))
+    for name, t in results:
         assert t.dtype == dtype, f"{name} dtype {t.dtype} for {dtype} inputs"
         assert t.device == q.device, f"{name} on {t.device}, inputs on {q.device}"
 
@@ -362,7 +366,7 @@ def test_output_and_weight_shapes(case, data, device):
 @pytest.mark.req("ATTN-10")
 @given(
     case=attn_cases(distinct=True),
-    causal=st.booleans(),
+    causal=causal_flags(),
     dtype=st.sampled_from([*FULL_PRECISION, *LOW_PRECISION]),
 )
 def test_output_and_weights_stay_on_the_device_of_q(case, causal, dtype):
@@ -372,11 +376,11 @@ def test_output_and_weights_stay_on_the_device_of_q(case, causal, dtype):
     if not causal:
         case = replace(case, window=None)
     q, k, v, sinks = case.make("meta", dtype)
-    out, w = sdpa(q, k, v, causal=causal, window=case.window, sinks=sinks, return_weights=True)
-    for name, t, shape in (
-        ("output", out, (case.batch, case.n_heads, case.tq, case.dv)),
-        ("weights", w, (case.batch, case.n_heads, case.tq, case.tk)),
-    ):
+    out, w = attend(q, k, v, causal=causal, window=case.window, sinks=sinks)
+    results = [("output", out, (case.batch, case.n_heads, case.tq, case.dv))]
+    if w is not None:
+        results.append(("weights", w, (case.batch, case.n_heads, case.tq, case.tk)))
+    for name, t, shape in results:
         assert t.device == q.device, f"{name} on {t.device}, inputs on {q.device} (causal={causal})"
         assert t.dtype == dtype, f"{name} dtype {t.dtype} for {dtype} inputs"
         assert tuple(t.shape) == shape, f"{name} shape {tuple(t.shape)}, expected {shape}"
@@ -397,6 +401,7 @@ def fp16_overflow_cases(draw: st.DrawFn) -> tuple[AttnCase, int]:
 
 
 @pytest.mark.req("ATTN-11")
+@pytest.mark.needs("float16", "weights")
 @given(case_outliers=fp16_overflow_cases())
 def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
     # A few outlier features of size a shared by every query and key (like the massive
@@ -436,6 +441,7 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
 
 
 @pytest.mark.req("GRAD-1")
+@pytest.mark.needs("weights", "window", "sinks", "gqa", "decode", "scale")
 @example(seed=0, window=2, tq=6, use_sinks=True, scale=None)  # window + GQA + sinks + blind queries
 @given(
     seed=seeds,

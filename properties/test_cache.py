@@ -32,8 +32,9 @@ from properties.pytest_helpers import (
 )
 from specs.oracle import block_qkv_oracle, cache_positions_oracle
 
-# Every property here runs on each attention path (explicit and tiled; see conftest.py).
-pytestmark = pytest.mark.usefixtures("attention_path")
+# Every property here runs on each attention path (explicit and tiled; see conftest.py), and
+# only on impl/ itself (--impl impl).
+pytestmark = [pytest.mark.usefixtures("attention_path"), pytest.mark.needs("impl")]
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 KINDS = ("attention", "transformer", "stack")

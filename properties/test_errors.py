@@ -17,6 +17,9 @@ from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import attn_cases
 from properties.pytest_helpers import assert_exactly_equal, mentions_all, names, names_value
 
+# These properties check impl/ beyond the attention core: they run only with --impl impl.
+pytestmark = pytest.mark.needs("impl")
+
 ERRORS = (ValueError, TypeError)
 small_cases = attn_cases(max_t=5)
 

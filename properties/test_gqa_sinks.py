@@ -14,7 +14,6 @@ import torch
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import (
     FULL_PRECISION,
     LOW_PRECISION,
@@ -24,7 +23,10 @@ from properties.hypothesis_helpers import (
     seeds,
 )
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
+from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
+
+sdpa = current().attention  # the implementation under test (--impl; impl/ by default)
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py).
 pytestmark = pytest.mark.usefixtures("attention_path")
@@ -48,6 +50,7 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
 
 
 @pytest.mark.req("GQA-1")
+@pytest.mark.needs("gqa", "weights")
 @given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
 def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
@@ -61,6 +64,7 @@ def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
 
 
 @pytest.mark.req("GQA-1")
+@pytest.mark.needs("gqa")
 @given(case=attn_cases())
 def test_each_query_head_reads_kv_head_h_div_r(case, device):
     # Per-head decomposition: query head h is single-head attention with KV head h // r and
@@ -90,6 +94,7 @@ def test_mha_when_hkv_equals_hq(case, dtype, device):
 
 
 @pytest.mark.req("GQA-1")
+@pytest.mark.needs("gqa")
 @given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
 def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
     case = replace(case, n_kv_heads=1)
@@ -104,6 +109,7 @@ def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
 
 
 @pytest.mark.req("GQA-1")
+@pytest.mark.needs("gqa")
 @given(case=grouped_cases(), dtype=st.sampled_from(FULL_PRECISION))
 def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
     # Make every value of KV head g equal to g + 1 and use no sinks: a query head's output is
@@ -123,6 +129,7 @@ def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
 
 
 @pytest.mark.req("SINK-1")
+@pytest.mark.needs("sinks", "weights")
 @given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
 def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
     q, k, v, _ = case.make(device, dtype)
@@ -135,6 +142,7 @@ def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
 
 
 @pytest.mark.req("SINK-1")
+@pytest.mark.needs("sinks")
 @given(case=attn_cases(), seed=seeds)
 def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device):
     # Heads whose sink is -inf attend exactly as without sinks, whatever the other heads' sinks.
@@ -150,6 +158,7 @@ def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device)
 
 
 @pytest.mark.req("ATTN-10", "ATTN-4")
+@pytest.mark.needs("sinks", "weights")
 @example(
     case=AttnCase(
         batch=1, n_heads=2, n_kv_heads=1, tq=3, tk=4, head_dim=2, dv=3, window=None, use_sinks=True, seed=0
@@ -182,6 +191,7 @@ def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
 
 
 @pytest.mark.req("SINK-2")
+@pytest.mark.needs("sinks", "weights")
 @given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
 def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
     case = replace(case, use_sinks=True)
@@ -196,6 +206,7 @@ def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
 
 
 @pytest.mark.req("SINK-2")
+@pytest.mark.needs("sinks", "weights")
 @given(case=attn_cases(), delta=st.floats(0.25, 4.0), data=st.data())
 def test_raising_a_sink_lowers_that_heads_weights_only(case, delta, data, device):
     case = replace(case, use_sinks=True)

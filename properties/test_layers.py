@@ -13,6 +13,9 @@ from properties.hypothesis_helpers import low_precision_dtypes, randomize_, seed
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, message_names
 from specs.oracle import ffn_oracle, rms_norm_oracle
 
+# These properties check impl/ beyond the attention core: they run only with --impl impl.
+pytestmark = pytest.mark.needs("impl")
+
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 activations = st.sampled_from(["relu", "gelu", "swiglu"])
 

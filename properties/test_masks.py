@@ -18,6 +18,9 @@ from properties.hypothesis_helpers import seeds
 from properties.pytest_helpers import assert_exactly_equal, names_value
 from specs.oracle import mask_oracle
 
+# These properties check impl/ beyond the attention core: they run only with --impl impl.
+pytestmark = pytest.mark.needs("impl")
+
 
 @st.composite
 def mask_shapes(draw: st.DrawFn, max_t: int = 16) -> tuple[int, int]:
@@ -80,6 +83,14 @@ def test_non_causal_mask_allows_everything(shape, device):
     mask = attention_mask(tq, tk, causal=False, device=device).cpu()
     assert_exactly_equal(mask, mask_oracle(tq, tk, causal=False), f"non-causal mask tq={tq} tk={tk}")
     assert bool(mask.all()), "causal=False must allow every (query, key) pair"
+
+
+@pytest.mark.req("MASK-1", "MASK-2")
+@pytest.mark.parametrize("causal, window", [(False, None), (True, None), (True, 2)])
+def test_masks_are_made_on_the_device_asked_for(causal, window):
+    """ "meta" stands in for a second device: a mask left on the CPU would fail on a GPU."""
+    mask = attention_mask(3, 5, causal=causal, window=window, device="meta")
+    assert mask.device.type == "meta" and mask.shape == (3, 5) and mask.dtype == torch.bool
 
 
 @pytest.mark.req("ERR-1", "MASK-1")

@@ -10,14 +10,17 @@ import contextlib
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import impl.attention
 from impl import scaled_dot_product_attention as sdpa
-from properties.hypothesis_helpers import FULL_PRECISION, attn_cases
+from properties.hypothesis_helpers import FULL_PRECISION, AttnCase, attn_cases
 from properties.pytest_helpers import assert_close, module_attributes
 from specs.oracle import visible_keys
+
+# These properties check impl/ beyond the attention core: they run only with --impl impl.
+pytestmark = pytest.mark.needs("impl")
 
 
 def expected_calls(tq: int, tk: int, tile: int, window: int | None) -> list[tuple[int, int]]:
@@ -47,8 +50,28 @@ def explicit_calls(tile: int):
         yield calls
 
 
+def _case(tq: int, tk: int, window: int | None) -> AttnCase:
+    return AttnCase(
+        batch=1,
+        n_heads=2,
+        n_kv_heads=1,
+        tq=tq,
+        tk=tk,
+        head_dim=2,
+        dv=3,
+        window=window,
+        use_sinks=True,
+        seed=1,
+    )
+
+
 @pytest.mark.req("ATTN-12")
 @given(case=attn_cases(max_t=16), tile=st.integers(1, 6), dtype=st.sampled_from(FULL_PRECISION))
+# Windows that cut tiles off from their prefix (run first, and under the mutation profile too):
+# exactly one tile of queries, several tiles over a long prefix, and decode-style Tq < Tk.
+@example(case=_case(3, 8, 2), tile=3, dtype=torch.float64)
+@example(case=_case(12, 12, 3), tile=4, dtype=torch.float64)
+@example(case=_case(5, 9, 2), tile=2, dtype=torch.float32)
 def test_each_tile_is_given_exactly_the_keys_its_queries_may_see(device, case, tile, dtype):
     q, k, v, sinks = case.make(device, dtype)
     with explicit_calls(tile) as calls:
@@ -68,3 +91,22 @@ def test_weights_and_non_causal_attention_take_the_explicit_path(device, case, t
         sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
         sdpa(q, k, v, causal=False, sinks=sinks)
     assert calls == [(case.tq, case.tk)] * 2, f"tile {tile}: (queries, keys) {calls}"
+
+
+@pytest.mark.req("ATTN-10", "ATTN-12")
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("tile", [2, 1 << 30])
+def test_every_mask_is_built_on_the_device_of_q(causal, tile):
+    """On a GPU a mask built on the CPU fails at the first add; on the CPU nothing would show it,
+    so the masks' device is read at the call ("meta" stands in for a second device)."""
+    made = []
+    build = impl.attention.attention_mask
+
+    def recording(*args, **kwargs):
+        made.append(kwargs.get("device"))
+        return build(*args, **kwargs)
+
+    q, k, v, _ = _case(6, 6, None).make("meta", torch.float32)
+    with module_attributes(impl.attention, QUERY_TILE=tile, attention_mask=recording):
+        sdpa(q, k, v, causal=causal)
+    assert made and all(device == q.device for device in made), f"masks built on {made}, q on {q.device}"

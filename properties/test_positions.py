@@ -32,6 +32,9 @@ from properties.pytest_helpers import (
 )
 from specs.oracle import rope_oracle, sinusoidal_oracle
 
+# These properties check impl/ beyond the attention core: they run only with --impl impl.
+pytestmark = pytest.mark.needs("impl")
+
 head_dims = st.integers(1, 8).map(lambda half: 2 * half)
 positions_st = st.integers(0, 2048)
 float_dtypes = st.sampled_from([torch.float64, torch.float32])

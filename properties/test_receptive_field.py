@@ -18,8 +18,9 @@ from impl import TransformerStack
 from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
 from properties.pytest_helpers import assert_exactly_equal, dependency_matrix
 
-# Every property here runs on each attention path (explicit and tiled; see conftest.py).
-pytestmark = pytest.mark.usefixtures("attention_path")
+# Every property here runs on each attention path (explicit and tiled; see conftest.py), and
+# only on impl/ itself (--impl impl).
+pytestmark = [pytest.mark.usefixtures("attention_path"), pytest.mark.needs("impl")]
 
 
 def _dependencies(case: BlockCase, device) -> torch.Tensor:

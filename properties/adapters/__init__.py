@@ -1,0 +1,1 @@
+"""Built-in targets for `pytest properties --impl NAME` (see properties/targets.py)."""

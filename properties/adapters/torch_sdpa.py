@@ -1,0 +1,53 @@
+"""torch's F.scaled_dot_product_attention under attnspec's conventions.
+
+Queries are aligned bottom-right with an explicit boolean mask (torch's ``is_causal`` is
+top-left aligned when Tq < Tk), a window is a band mask, GQA goes through ``enable_gqa``, and
+sinks are one extra all-zero key and value whose float-mask column holds the sink logit: its
+score is then exactly the sink (unscaled) and its value adds nothing.  No attention weights
+(SDPA does not return them), and no argument checks of its own beyond torch's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from properties.targets import Target
+
+
+def allowed_keys(tq: int, tk: int, window: int | None, device=None) -> torch.Tensor:
+    """(tq, tk) booleans, True where query i (at position tk - tq + i) may see key j."""
+    query = torch.arange(tk - tq, tk, device=device)[:, None]
+    key = torch.arange(tk, device=device)[None, :]
+    allowed = key <= query
+    if window is not None:
+        allowed &= key > query - window
+    return allowed
+
+
+def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
+    tq, tk = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if not causal and sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+    if causal and window is None and sinks is None and tq == tk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    allowed = allowed_keys(tq, tk, window, q.device) if causal else torch.ones(tq, tk, dtype=torch.bool)
+    if sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=gqa)
+    mask = torch.zeros(q.shape[1], tq, tk + 1, dtype=q.dtype, device=q.device)
+    mask[:, :, :tk].masked_fill_(~allowed.to(q.device), -math.inf)
+    mask[:, :, tk] = sinks.to(q.dtype)[:, None]
+    k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+    v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+
+
+TARGET = Target(
+    "torch",
+    attention,
+    frozenset({"window", "sinks", "gqa", "decode", "non_causal", "scale"}),
+    "torch.nn.functional.scaled_dot_product_attention (masks built here, sinks as an extra key)",
+)
