@@ -248,10 +248,20 @@ def randomize_(module: torch.nn.Module, seed: int, std: float = 0.5) -> torch.nn
 FULL_PRECISION = (torch.float64, torch.float32)
 
 
+def full_precision() -> tuple[torch.dtype, ...]:
+    """float64 and float32; float32 alone for a target without "float64" (--impl)."""
+    return FULL_PRECISION if current().supports("float64") else (torch.float32,)
+
+
+def precise_dtype() -> torch.dtype:
+    """The dtype of the exact and tight properties: float64, or float32 without "float64"."""
+    return full_precision()[0]
+
+
 @functools.cache
 def float_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
-    """float64, float32, and fp16/bf16 where they run on ``device``."""
-    return (*FULL_PRECISION, *low_precision_dtypes(device))
+    """float64, float32, and fp16/bf16 where they run on ``device`` (and the target takes them)."""
+    return (*full_precision(), *low_precision_dtypes(device))
 
 
 def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:

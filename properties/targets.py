@@ -27,9 +27,11 @@ CAPABILITIES = {
     "sinks": "per-head sink logits (an extra softmax column)",
     "gqa": "fewer KV heads than query heads (KV head g serves query heads g*r .. g*r+r-1)",
     "decode": "fewer queries than keys, aligned bottom-right (query i at position Tk-Tq+i)",
+    "blind": "more queries than keys: the first Tq-Tk see no key and output exactly 0",
     "non_causal": "causal=False",
     "scale": "an explicit scale instead of 1/sqrt(d)",
     "errors": "ValueError/TypeError on malformed input, naming the argument",
+    "float64": "float64 inputs computed in float64 (not through a float32 softmax)",
     "float16": "fp16/bf16 inputs scored in float32",
     "impl": "the rest of impl/: masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
@@ -38,6 +40,9 @@ CAPABILITIES = {
 ADAPTERS = {
     "impl": "properties.adapters.impl_target:TARGET",
     "torch": "properties.adapters.torch_sdpa:TARGET",
+    "hf-llama": "properties.adapters.hf_eager:LLAMA",
+    "hf-mistral": "properties.adapters.hf_eager:MISTRAL",
+    "hf-gptoss": "properties.adapters.hf_eager:GPTOSS",
 }
 ENV = "ATTNSPEC_IMPL"
 

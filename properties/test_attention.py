@@ -23,7 +23,9 @@ from properties.hypothesis_helpers import (
     attn_cases,
     causal_flags,
     float_dtypes,
+    full_precision,
     noise_like,
+    precise_dtype,
     scales,
     seeds,
 )
@@ -41,6 +43,7 @@ from specs.oracle import attention_oracle, mask_oracle
 
 TARGET = current()  # the implementation under test (--impl; impl/ by default)
 sdpa = TARGET.attention
+PRECISE = precise_dtype()  # float64, or float32 for a target that computes through float32
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py).
 pytestmark = pytest.mark.usefixtures("attention_path")
@@ -59,8 +62,8 @@ def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
     """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
     can see no key at all."""
     case = draw(attn_cases(max_t=max_t))
-    if not TARGET.supports("decode"):
-        return case  # Tq != Tk is beyond the target (the blind-query tests need "decode")
+    if not TARGET.supports("blind"):
+        return case  # queries that see no key are beyond the target (the blind-query tests need it)
     return replace(case, tq=case.tk + draw(st.integers(1, 4)))
 
 
@@ -76,7 +79,7 @@ def attend(q, k, v, **kwargs):
 
 @pytest.mark.req("ATTN-1")
 @pytest.mark.needs("weights")
-@given(case=st.one_of(attn_cases(max_t=8), blind_query_cases()), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=st.one_of(attn_cases(max_t=8), blind_query_cases()), dtype=st.sampled_from(full_precision()))
 def test_weights_and_sink_sum_to_one(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
     _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
@@ -115,7 +118,7 @@ def test_masked_weights_are_exactly_zero(case, data, device):
 def test_weight_support_is_exactly_the_mask(case, device):
     # In float64 no visible weight underflows for these magnitudes, so the non-zero pattern of
     # the weights must be the oracle's mask: masking too little and too much both fail.
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
     allowed = mask_oracle(case.tq, case.tk, window=case.window)
     support = (w != 0).cpu()
@@ -126,7 +129,7 @@ def test_weight_support_is_exactly_the_mask(case, device):
 
 
 @pytest.mark.req("ATTN-3")
-@pytest.mark.needs("decode")
+@pytest.mark.needs("blind")
 @given(case=blind_query_cases(), data=st.data())
 def test_blind_queries_give_exact_zero_not_nan(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
@@ -142,8 +145,8 @@ def test_blind_queries_give_exact_zero_not_nan(case, data, device):
 
 
 @pytest.mark.req("ATTN-3")
-@pytest.mark.needs("decode")
-@given(case=blind_query_cases(max_t=6), dtype=st.sampled_from(FULL_PRECISION), seed=seeds)
+@pytest.mark.needs("blind")
+@given(case=blind_query_cases(max_t=6), dtype=st.sampled_from(full_precision()), seed=seeds)
 def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
     q, k, v, sinks = (t if t is None else t.requires_grad_(True) for t in case.make(device, dtype))
     out = sdpa(q, k, v, window=case.window, sinks=sinks)
@@ -210,12 +213,12 @@ def test_matches_torch_sdpa(dtype, case, causal, scale, device):
 
 
 @pytest.mark.req("ATTN-6")
-@pytest.mark.needs("weights")
+@pytest.mark.needs("weights", "float64")
 @given(case=attn_cases(), causal=causal_flags(), scale=scales(0.05, 1.0))
 def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, device):
     if not causal:
         case = replace(case, window=None)
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     _, w = sdpa(q, k, v, causal=causal, window=case.window, sinks=sinks, scale=scale, return_weights=True)
     expected_scale = 1.0 / math.sqrt(case.head_dim) if scale is None else scale
     # Reference key: the query's own position Tk - Tq + i, visible under every mask.
@@ -243,9 +246,9 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     # is 6/d); the bound is 5 of those, on a fixed seed: deterministic, no flakes.
     n = 4096
     gen = torch.Generator().manual_seed(20240611 + head_dim)
-    q = torch.randn(1, n, 1, head_dim, generator=gen, dtype=torch.float64).to(device)
-    k = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device)
-    v = torch.zeros(1, n, 2, 1, dtype=torch.float64, device=device)
+    q = torch.randn(1, n, 1, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
+    k = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
+    v = torch.zeros(1, n, 2, 1, dtype=PRECISE, device=device)
     _, w = sdpa(q, k, v, causal=False, return_weights=True)
     diff = (torch.log(w[..., 1]) - torch.log(w[..., 0])).flatten().cpu()
     per_score_variance = diff.var().item() / 2
@@ -263,7 +266,7 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
 @pytest.mark.needs("non_causal")
 @given(case=attn_cases(windows=False), seed=seeds)
 def test_permuting_keys_and_values_together_changes_nothing(case, seed, device):
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(seed)).to(device)
     out, w = attend(q, k, v, causal=False, sinks=sinks)
     out_p, w_p = attend(q, k[:, :, perm], v[:, :, perm], causal=False, sinks=sinks)
@@ -276,7 +279,7 @@ def test_permuting_keys_and_values_together_changes_nothing(case, seed, device):
 @pytest.mark.needs("non_causal")
 @given(case=attn_cases(windows=False), seed=seeds)
 def test_permuting_queries_permutes_output_rows(case, seed, device):
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     perm = torch.randperm(case.tq, generator=torch.Generator().manual_seed(seed)).to(device)
     out = sdpa(q, k, v, causal=False, sinks=sinks)
     out_p = sdpa(q[:, :, perm], k, v, causal=False, sinks=sinks)
@@ -291,7 +294,7 @@ def test_permuting_queries_permutes_output_rows(case, seed, device):
     case=attn_cases(),
     which=st.sampled_from(["q", "k", "v", "qkv"]),
     seed=seeds,
-    dtype=st.sampled_from(FULL_PRECISION),
+    dtype=st.sampled_from(full_precision()),
     data=st.data(),
 )
 def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
@@ -441,7 +444,7 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
 
 
 @pytest.mark.req("GRAD-1")
-@pytest.mark.needs("weights", "window", "sinks", "gqa", "decode", "scale")
+@pytest.mark.needs("weights", "window", "sinks", "gqa", "blind", "scale", "float64")
 @example(seed=0, window=2, tq=6, use_sinks=True, scale=None)  # window + GQA + sinks + blind queries
 @given(
     seed=seeds,

@@ -20,6 +20,8 @@ from properties.hypothesis_helpers import (
     AttnCase,
     attn_cases,
     float_dtypes,
+    full_precision,
+    precise_dtype,
     seeds,
 )
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
@@ -27,6 +29,7 @@ from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
 
 sdpa = current().attention  # the implementation under test (--impl; impl/ by default)
+PRECISE = precise_dtype()  # float64, or float32 for a target that computes through float32
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py).
 pytestmark = pytest.mark.usefixtures("attention_path")
@@ -51,7 +54,7 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
 
 @pytest.mark.req("GQA-1")
 @pytest.mark.needs("gqa", "weights")
-@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
     r = case.group
@@ -69,7 +72,7 @@ def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
 def test_each_query_head_reads_kv_head_h_div_r(case, device):
     # Per-head decomposition: query head h is single-head attention with KV head h // r and
     # sink h.  With Hkv == Hq this says MHA is H independent heads; with Hkv == 1 it is MQA.
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     out = sdpa(q, k, v, window=case.window, sinks=sinks)
     for h in range(case.n_heads):
         g = h // case.group
@@ -79,7 +82,7 @@ def test_each_query_head_reads_kv_head_h_div_r(case, device):
 
 
 @pytest.mark.req("GQA-1")
-@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_mha_when_hkv_equals_hq(case, dtype, device):
     # Hkv == Hq: r = 1, each query head has its own KV head; permuting the heads of q, k, v
     # and the sinks together permutes the output heads.
@@ -95,7 +98,7 @@ def test_mha_when_hkv_equals_hq(case, dtype, device):
 
 @pytest.mark.req("GQA-1")
 @pytest.mark.needs("gqa")
-@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
     case = replace(case, n_kv_heads=1)
     q, k, v, sinks = case.make(device, dtype)
@@ -110,7 +113,7 @@ def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
 
 @pytest.mark.req("GQA-1")
 @pytest.mark.needs("gqa")
-@given(case=grouped_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=grouped_cases(), dtype=st.sampled_from(full_precision()))
 def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
     # Make every value of KV head g equal to g + 1 and use no sinks: a query head's output is
     # then exactly its KV head's label (weights sum to 1).  Interleaved grouping gives
@@ -130,7 +133,7 @@ def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
 
 @pytest.mark.req("SINK-1")
 @pytest.mark.needs("sinks", "weights")
-@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
     q, k, v, _ = case.make(device, dtype)
     sinks = torch.full((case.n_heads,), -math.inf, dtype=dtype, device=device)
@@ -147,7 +150,7 @@ def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
 def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device):
     # Heads whose sink is -inf attend exactly as without sinks, whatever the other heads' sinks.
     case = replace(case, use_sinks=True)
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     gen = torch.Generator().manual_seed(seed)
     off = (torch.rand(case.n_heads, generator=gen) < 0.5).to(device)
     sinks = sinks.masked_fill(off, -math.inf)
@@ -158,7 +161,7 @@ def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device)
 
 
 @pytest.mark.req("ATTN-10", "ATTN-4")
-@pytest.mark.needs("sinks", "weights")
+@pytest.mark.needs("sinks", "weights", "float64")
 @example(
     case=AttnCase(
         batch=1, n_heads=2, n_kv_heads=1, tq=3, tk=4, head_dim=2, dv=3, window=None, use_sinks=True, seed=0
@@ -192,7 +195,7 @@ def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
 
 @pytest.mark.req("SINK-2")
 @pytest.mark.needs("sinks", "weights")
-@given(case=attn_cases(), dtype=st.sampled_from(FULL_PRECISION))
+@given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
     case = replace(case, use_sinks=True)
     q, k, v, sinks = case.make(device, dtype)
@@ -206,12 +209,12 @@ def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
 
 
 @pytest.mark.req("SINK-2")
-@pytest.mark.needs("sinks", "weights")
+@pytest.mark.needs("sinks", "weights", "float64")
 @given(case=attn_cases(), delta=st.floats(0.25, 4.0), data=st.data())
 def test_raising_a_sink_lowers_that_heads_weights_only(case, delta, data, device):
     case = replace(case, use_sinks=True)
     h = data.draw(st.integers(0, case.n_heads - 1), label="head whose sink rises")
-    q, k, v, sinks = case.make(device, torch.float64)
+    q, k, v, sinks = case.make(device, PRECISE)
     raised = sinks.clone()
     raised[h] += delta
     out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
