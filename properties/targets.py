@@ -30,10 +30,9 @@ CAPABILITIES = {
     "blind": "more queries than keys: the first Tq-Tk see no key and output exactly 0",
     "non_causal": "causal=False",
     "scale": "an explicit scale instead of 1/sqrt(d)",
-    "errors": "ValueError/TypeError on malformed input, naming the argument",
     "float64": "float64 inputs computed in float64 (not through a float32 softmax)",
     "float16": "fp16/bf16 inputs scored in float32",
-    "impl": "the rest of impl/: masks, RoPE, positions, layers, block, stack, KV cache, paths",
+    "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
 # Built-in adapters: NAME -> "module:object" (imported only when chosen).
