@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benches.decode_curve import SIZES, allocated_bytes, held_bytes
 from impl import AttentionBlock, KVCache, ModelConfig
 
 WINDOW = 128
 MAX_LEN = 4096 + 1  # room for the largest prefill plus the decoded token
 PREFILL_CHUNK = 512
-SIZES = dict(d_model=512, n_heads=8, n_kv_heads=8, head_dim=64, use_sinks=True)
 
 
 def make_block(kind: str) -> AttentionBlock:
@@ -39,10 +39,6 @@ def buffers(cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
     return cache.buffers
 
 
-def allocated_bytes(cache: KVCache) -> int:
-    return sum(t.numel() * t.element_size() for t in buffers(cache))
-
-
 @pytest.mark.parametrize("length", [512, 4096])
 @pytest.mark.parametrize("kind", ["full", f"window{WINDOW}"])
 def test_decode_one_token(benchmark, kind: str, length: int) -> None:
@@ -61,12 +57,11 @@ def test_decode_one_token(benchmark, kind: str, length: int) -> None:
             cache.length = length
             return (token,), {"offset": length, "cache": cache}
 
-        held_bytes = cache.held() * keys.shape[1] * (keys.shape[3] + values.shape[3]) * keys.element_size()
         benchmark.extra_info.update(
             kind=kind,
             cache_length=length,
             positions_held=cache.held(),
-            cache_held_bytes=held_bytes,
+            cache_held_bytes=held_bytes(cache),
             cache_allocated_bytes=allocated_bytes(cache),
         )
         prefilled_k, prefilled_v = keys.clone(), values.clone()
@@ -75,5 +70,4 @@ def test_decode_one_token(benchmark, kind: str, length: int) -> None:
         assert cache.length == length + 1
         restore()  # every round started from the prefilled cache, not a grown one
         assert buffers(cache)[0] is keys and buffers(cache)[1] is values  # restored in place
-        assert torch.equal(keys[:, :, :length], prefilled_k[:, :, :length])
-        assert torch.equal(values[:, :, :length], prefilled_v[:, :, :length])
+        assert torch.equal(keys, prefilled_k) and torch.equal(values, prefilled_v)

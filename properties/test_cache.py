@@ -7,13 +7,16 @@ last W positions, so decoding past W exercises eviction; RoPE must keep absolute
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from impl import AttentionBlock, KVCache, ModelConfig, TransformerStack
 from properties.hypothesis_helpers import (
+    FULL_PRECISION,
     BlockCase,
     block_cases,
     chunk_lists,
@@ -36,7 +39,7 @@ from specs.oracle import block_qkv_oracle, cache_positions_oracle
 # only on impl/ itself (--impl impl).
 pytestmark = [pytest.mark.usefixtures("attention_path"), pytest.mark.needs("impl")]
 
-float_dtypes = st.sampled_from([torch.float64, torch.float32])
+float_dtypes = st.sampled_from(FULL_PRECISION)
 KINDS = ("attention", "transformer", "stack")
 
 # Long streams past a small window, GQA (4 query heads on 2 KV heads) and sinks.
@@ -54,9 +57,7 @@ _STREAM = BlockCase(
     seq=24,
     seed=3,
 )
-_ALL_WINDOWED = BlockCase(
-    **{**_STREAM.__dict__, "window": 3, "window_layers": "all", "n_layers": 3, "seed": 4}
-)
+_ALL_WINDOWED = replace(_STREAM, window=3, window_layers="all", n_layers=3, seed=4)
 
 
 def new_cache(kind: str, module: torch.nn.Module, max_len: int):
@@ -379,8 +380,7 @@ def test_cache_refuses_malformed_keys_and_values(k, v, words):
 @given(case=block_cases(max_seq=4), other=st.one_of(st.none(), st.integers(1, 6)))
 def test_a_layer_refuses_a_cache_made_for_another_window(case, other):
     block = case.module("attention", 0, "cpu", torch.float32)
-    if other == block.window:
-        return  # the matching window is the legitimate case, decoded everywhere above
+    assume(other != block.window)  # the matching window is the legitimate case, decoded above
     with pytest.raises(ValueError, match=message_names(f"window={other}", f"window={block.window}")):
         block(case.input(), 0, KVCache(case.seq, other))
 

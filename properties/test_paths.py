@@ -6,8 +6,6 @@ Every other attention property runs on both paths through the `attention_path` f
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 from hypothesis import example, given
@@ -16,7 +14,7 @@ from hypothesis import strategies as st
 import impl.attention
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import FULL_PRECISION, AttnCase, attn_cases
-from properties.pytest_helpers import assert_close, module_attributes
+from properties.pytest_helpers import assert_close, recorded_calls
 from specs.oracle import visible_keys
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
@@ -36,18 +34,10 @@ def expected_calls(tq: int, tk: int, tile: int, window: int | None) -> list[tupl
     return calls
 
 
-@contextlib.contextmanager
 def explicit_calls(tile: int):
     """Tiles of ``tile`` queries; yields the (queries, keys) of every explicit computation."""
-    explicit = impl.attention.explicit_attention
-    calls: list[tuple[int, int]] = []
-
-    def recording(q, k, v, **kwargs):
-        calls.append((q.shape[2], k.shape[2]))
-        return explicit(q, k, v, **kwargs)
-
-    with module_attributes(impl.attention, QUERY_TILE=tile, explicit_attention=recording):
-        yield calls
+    shapes = lambda q, k, v, **_: (q.shape[2], k.shape[2])  # noqa: E731
+    return recorded_calls(impl.attention, "explicit_attention", shapes, QUERY_TILE=tile)
 
 
 def _case(tq: int, tk: int, window: int | None) -> AttnCase:
@@ -99,14 +89,8 @@ def test_weights_and_non_causal_attention_take_the_explicit_path(device, case, t
 def test_every_mask_is_built_on_the_device_of_q(causal, tile):
     """On a GPU a mask built on the CPU fails at the first add; on the CPU nothing would show it,
     so the masks' device is read at the call ("meta" stands in for a second device)."""
-    made = []
-    build = impl.attention.attention_mask
-
-    def recording(*args, **kwargs):
-        made.append(kwargs.get("device"))
-        return build(*args, **kwargs)
-
     q, k, v, _ = _case(6, 6, None).make("meta", torch.float32)
-    with module_attributes(impl.attention, QUERY_TILE=tile, attention_mask=recording):
+    device_of = lambda *_, **kwargs: kwargs.get("device")  # noqa: E731
+    with recorded_calls(impl.attention, "attention_mask", device_of, QUERY_TILE=tile) as made:
         sdpa(q, k, v, causal=causal)
     assert made and all(device == q.device for device in made), f"masks built on {made}, q on {q.device}"
