@@ -111,12 +111,14 @@ def attn_cases(
 
 def fit_to_target(case: AttnCase) -> AttnCase:
     """The case without what the implementation under test does not support (--impl): one KV
-    head per query head without "gqa", Tq = Tk without "decode", no window, no sinks."""
+    head per query head without "gqa", Tq = Tk without "decode", dv = d without "value_dim", no
+    window, no sinks."""
     target = current()
     return replace(
         case,
         n_kv_heads=case.n_kv_heads if target.supports("gqa") else case.n_heads,
         tq=case.tq if target.supports("decode") else case.tk,
+        dv=case.dv if target.supports("value_dim") else case.head_dim,
         window=case.window if target.supports("window") else None,
         use_sinks=case.use_sinks and target.supports("sinks"),
     )

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections.abc import Callable
 
 import torch
 
-from specs.oracle import attention_block_oracle, attention_oracle, ffn_oracle, rms_norm_oracle
+from specs.oracle import (
+    attention_block_oracle,
+    attention_layer_oracle,
+    attention_oracle,
+    ffn_oracle,
+    rms_norm_oracle,
+)
 from specs.tolerance import golden_bound
 
 
@@ -210,33 +217,9 @@ def module_attributes(module, **values):
             setattr(module, name, value)
 
 
-def convention_mismatch(out: torch.Tensor, q, k, v, *, causal=True, window=None, sinks=None, scale=None):
-    """The other, legitimate attention convention that ``out`` follows, if it follows one: a window
-    of W+1 or W-1 keys, tile-style GQA, or top-left alignment; None if none explains it."""
-    tq, tk, r = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
-    same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
-
-    def oracle(q, k, v, **change):
-        return attention_oracle(q, k, v, **{**same, **change})[0]
-
-    def top_left():  # query i at position i: the bottom-right oracle of row i over keys 0..i
-        return torch.cat(
-            [oracle(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1]) for i in range(tq)], dim=2
-        )
-
-    candidates = []
-    if causal and window is not None:
-        inclusive = f"a window of W+1 = {window + 1} keys (p-W <= j <= p: an inclusive bound)"
-        candidates.append((inclusive, lambda: oracle(q, k, v, window=window + 1)))
-        if window > 1:
-            candidates.append(
-                (f"a window of W-1 = {window - 1} keys", lambda: oracle(q, k, v, window=window - 1))
-            )
-    if r > 1:
-        tiled = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
-        candidates.append((tiled, lambda: oracle(q, k.repeat(1, r, 1, 1), v.repeat(1, r, 1, 1))))
-    if causal and tq != tk:
-        candidates.append(("top-left alignment (query i at position i, like torch's is_causal)", top_left))
+def first_match(out: torch.Tensor, candidates) -> str | None:
+    """The description of the first (description, expected output thunk) that ``out`` matches,
+    within a loose tolerance of its dtype (a convention changes outputs by far more); None if none."""
     tolerance = 1e-6 if out.dtype == torch.float64 else 1e-3 if out.dtype == torch.float32 else 3e-2
     for description, expected_output in candidates:
         expected = expected_output()
@@ -246,16 +229,81 @@ def convention_mismatch(out: torch.Tensor, q, k, v, *, causal=True, window=None,
     return None
 
 
+def window_candidates(window: int | None, oracle: Callable) -> list:
+    """The windows one key too wide and one too narrow, as convention_mismatch candidates."""
+    if window is None:
+        return []
+    inclusive = f"a window of W+1 = {window + 1} keys (p-W <= j <= p: an inclusive bound)"
+    candidates = [(inclusive, lambda: oracle(window=window + 1))]
+    if window > 1:
+        candidates.append((f"a window of W-1 = {window - 1} keys", lambda: oracle(window=window - 1)))
+    return candidates
+
+
+TILED_GQA = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
+
+
+def convention_mismatch(out: torch.Tensor, q, k, v, *, causal=True, window=None, sinks=None, scale=None):
+    """The other, legitimate attention convention that ``out`` follows, if it follows one: a window
+    of W+1 or W-1 keys, tile-style GQA, or top-left alignment; None if none explains it."""
+    tq, tk, r = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
+    same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
+
+    def oracle(q=q, k=k, v=v, **change):
+        return attention_oracle(q, k, v, **{**same, **change})[0]
+
+    def top_left():  # query i at position i: the bottom-right oracle of row i over keys 0..i
+        return torch.cat(
+            [oracle(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1]) for i in range(tq)], dim=2
+        )
+
+    candidates = window_candidates(window, oracle) if causal else []
+    if r > 1:
+        candidates.append((TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1))))
+    if causal and tq != tk:
+        candidates.append(("top-left alignment (query i at position i, like torch's is_causal)", top_left))
+    return first_match(out, candidates)
+
+
+def layer_convention_mismatch(out: torch.Tensor, x: torch.Tensor, **layer) -> str | None:
+    """convention_mismatch for a whole layer (``layer``: the keywords of attention_layer_oracle):
+    interleaved RoPE pairs, a window of W+1 or W-1 keys, or tile-style GQA."""
+
+    def oracle(**change):
+        return attention_layer_oracle(x, **{**layer, **change})
+
+    interleaved = "interleaved RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate"
+    candidates = [(interleaved, lambda: oracle(pairs="interleaved"))]
+    candidates += window_candidates(layer["window"], oracle)
+    if layer["n_heads"] != layer["n_kv_heads"]:
+        candidates.append((TILED_GQA, lambda: oracle(gqa="tiled")))
+    return first_match(out, candidates)
+
+
+CONVENTIONS = "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs (DESIGN.md)"
+
+
 def assert_attention_golden(out, golden, ref_lowp, what: str, q, k, v, **conventions) -> None:
     """assert_golden for an attention output; when it fails and the output follows another
     legitimate convention (convention_mismatch), the message says so first."""
+    mismatch = functools.partial(convention_mismatch, out, q, k, v, **conventions)
+    _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+
+
+def assert_layer_golden(out, golden, ref_lowp, what: str, x, **layer) -> None:
+    """assert_attention_golden for a whole attention layer (layer_convention_mismatch)."""
+    mismatch = functools.partial(layer_convention_mismatch, out, x, **layer)
+    _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+
+
+def _golden_or_convention(out, golden, ref_lowp, what: str, mismatch: Callable[[], str | None]) -> None:
     try:
         assert_golden(out, golden, ref_lowp, what)
     except AssertionError as failure:
-        other = convention_mismatch(out, q, k, v, **conventions)
+        other = mismatch()
         if other is None:
             raise
         raise AssertionError(
-            f"convention mismatch: the target follows {other}; attnspec's convention is bottom-right "
-            f"queries, p-W < j <= p and KV head h // r (DESIGN.md)\n{failure}"
+            f"convention mismatch: the target follows {other}; attnspec's convention is {CONVENTIONS}"
+            f"\n{failure}"
         ) from None

@@ -9,6 +9,13 @@ A target is any object with
         the names (CAPABILITIES) of what else it supports; an argument it does not support is
         never passed to it, and a property that needs a missing capability is skipped
 
+and, for the layer properties (capability "layer"), a whole attention layer:
+
+    layer(spec: LayerSpec) -> Layer
+        build the layer ``spec`` describes, every parameter drawn at random from ``spec.seed``
+        (properties.hypothesis_helpers.randomize_ does that), and return a Layer: its
+        forward(x (B, T, D), offset) -> (B, T, D) and the parameters the oracle needs
+
 NAME is a built-in adapter (ADAPTERS) or ``package.module:object`` for your own code, where the
 object is such a target or a bare attention function (which then has no capability beyond
 causal self-attention unless it carries a ``capabilities`` attribute).
@@ -18,13 +25,16 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+import torch
 
 CAPABILITIES = {
     "weights": "returns the attention weights (return_weights=True)",
     "window": "sliding windows (window=W: query p sees keys p-W < j <= p)",
     "sinks": "per-head sink logits (an extra softmax column)",
+    "value_dim": "values of another head size than queries and keys (dv != d)",
     "gqa": "fewer KV heads than query heads (KV head g serves query heads g*r .. g*r+r-1)",
     "decode": "fewer queries than keys, aligned bottom-right (query i at position Tk-Tq+i)",
     "blind": "more queries than keys: the first Tq-Tk see no key and output exactly 0",
@@ -32,6 +42,8 @@ CAPABILITIES = {
     "scale": "an explicit scale instead of 1/sqrt(d)",
     "float64": "float64 inputs computed in float64 (not through a float32 softmax)",
     "float16": "fp16/bf16 inputs scored in float32",
+    "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
+    "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
@@ -42,8 +54,50 @@ ADAPTERS = {
     "hf-llama": "properties.adapters.hf_eager:LLAMA",
     "hf-mistral": "properties.adapters.hf_eager:MISTRAL",
     "hf-gptoss": "properties.adapters.hf_eager:GPTOSS",
+    "gpt-oss": "properties.adapters.gpt_oss_reference:TARGET",
 }
 ENV = "ATTNSPEC_IMPL"
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """The attention layer a layer property asks for: window=None is full causal attention,
+    sinks=False a layer without sinks (or with sinks of -inf), base the RoPE base."""
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    window: int | None = None
+    sinks: bool = False
+    base: float = 10000.0
+    seed: int = 0
+    dtype: torch.dtype = torch.float32
+    device: torch.device | str = "cpu"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer a target built: ``forward(x, offset)`` and its parameters in nn.Linear layout (out, in).
+
+    out = Wo . attn(RoPE(x' Wq^T + bq), RoPE(x' Wk^T + bk), x' Wv^T + bv) + bo, plus x when
+    ``residual``; x' = RMSNorm(x) with ``norm_weight`` and ``eps`` when the layer has a pre-norm,
+    else x.  RoPE uses half-split pairs at positions offset.. (DESIGN.md), head i of each
+    projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits."""
+
+    forward: Callable[[torch.Tensor, int], torch.Tensor]
+    wq: torch.Tensor
+    wk: torch.Tensor
+    wv: torch.Tensor
+    wo: torch.Tensor
+    bq: torch.Tensor | None = None
+    bk: torch.Tensor | None = None
+    bv: torch.Tensor | None = None
+    bo: torch.Tensor | None = None
+    sinks: torch.Tensor | None = None
+    norm_weight: torch.Tensor | None = None
+    eps: float = 1e-5
+    residual: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +106,14 @@ class Target:
     attention: Callable
     capabilities: frozenset[str]
     about: str = ""
+    layer: Callable[[LayerSpec], Layer] | None = None
+
+    def __post_init__(self) -> None:
+        unknown = self.capabilities - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
+        if "layer" in self.capabilities and not callable(self.layer):
+            raise TypeError(f"{self.name} claims the 'layer' capability but has no callable layer(spec)")
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
@@ -64,11 +126,9 @@ def as_target(name: str, obj: object) -> Target:
     attention = getattr(obj, "attention", obj)
     if not callable(attention):
         raise TypeError(f"{obj!r} has no callable attention(q, k, v, ...)")
-    capabilities: Iterable[str] = getattr(obj, "capabilities", ())
-    unknown = set(capabilities) - set(CAPABILITIES)
-    if unknown:
-        raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
-    return Target(name, attention, frozenset(capabilities), getattr(obj, "__doc__", "") or "")
+    capabilities = frozenset(getattr(obj, "capabilities", ()))
+    about = getattr(obj, "__doc__", "") or ""
+    return Target(name, attention, capabilities, about, getattr(obj, "layer", None))
 
 
 def load(name: str) -> Target:

@@ -73,20 +73,35 @@ def attention_oracle(
 
 
 def rope_oracle(
-    x: torch.Tensor, positions: list[int], base: float = 10000.0, dtype: torch.dtype = GOLDEN
+    x: torch.Tensor,
+    positions: list[int],
+    base: float = 10000.0,
+    dtype: torch.dtype = GOLDEN,
+    pairs: str = "half",
+    angles_in_dtype: bool = False,
 ) -> torch.Tensor:
-    """Rotate each half-split pair (x_i, x_(i+d/2)) of x (..., T, d) by p * base^(-2i/d)."""
+    """Rotate each half-split pair (x_i, x_(i+d/2)) of x (..., T, d) by p * base^(-2i/d).
+
+    The angles are exact (float64) unless ``angles_in_dtype``: then base^(-2i/d) and p times it
+    are rounded to ``dtype``, as an implementation that builds its angle table in that dtype does.
+    ``pairs="interleaved"`` rotates (x_2i, x_(2i+1)) instead: not attnspec's convention (DESIGN.md),
+    there to name the convention a target follows when it fails."""
     x = x.detach().cpu().to(dtype)
     d = x.shape[-1]
     half = d // 2
     y = x.clone()
+
+    def rounded(value: float) -> float:
+        return torch.tensor(value, dtype=dtype).item() if angles_in_dtype else value
+
     for t, p in enumerate(positions):
         for i in range(half):
-            angle = p * base ** (-2.0 * i / d)
+            angle = rounded(p * rounded(base ** (-2.0 * i / d)))
             c, s = math.cos(angle), math.sin(angle)
-            a, b = x[..., t, i], x[..., t, i + half]
-            y[..., t, i] = a * c - b * s
-            y[..., t, i + half] = a * s + b * c
+            first, second = (i, i + half) if pairs == "half" else (2 * i, 2 * i + 1)
+            a, b = x[..., t, first], x[..., t, second]
+            y[..., t, first] = a * c - b * s
+            y[..., t, second] = a * s + b * c
     return y
 
 
@@ -132,6 +147,55 @@ def ffn_oracle(
     return h @ w2.T
 
 
+def split_w_qkv(w_qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int) -> dict:
+    """The q, k and v matrices of one fused (out, in) matrix whose rows are q | k | v."""
+    nq, nkv = n_heads * head_dim, n_kv_heads * head_dim
+    return {"wq": w_qkv[:nq], "wk": w_qkv[nq : nq + nkv], "wv": w_qkv[nq + nkv :]}
+
+
+def layer_qkv_oracle(
+    x: torch.Tensor,
+    *,
+    wq: torch.Tensor,
+    wk: torch.Tensor,
+    wv: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    bq: torch.Tensor | None = None,
+    bk: torch.Tensor | None = None,
+    bv: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    offset: int = 0,
+    base: float = 10000.0,
+    pairs: str = "half",
+    angles_in_dtype: bool = False,
+    dtype: torch.dtype = GOLDEN,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x (RMSNorm(x) if
+    it has a norm) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
+    positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``)"""
+    x = x.detach().cpu().to(dtype)
+    batch, seq, _ = x.shape
+    h = x if norm_weight is None else rms_norm_oracle(x, norm_weight, eps, dtype)
+
+    def project(w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = h @ w.detach().cpu().to(dtype).T
+        return y if bias is None else y + bias.detach().cpu().to(dtype)
+
+    def heads(t: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*d) -> (B, n, T, d)
+        out = torch.zeros(batch, n, seq, head_dim, dtype=dtype)
+        for i in range(n):
+            out[:, i] = t[..., i * head_dim : (i + 1) * head_dim]
+        return out
+
+    positions = list(range(offset, offset + seq))
+    q = rope_oracle(heads(project(wq, bq), n_heads), positions, base, dtype, pairs, angles_in_dtype)
+    k = rope_oracle(heads(project(wk, bk), n_kv_heads), positions, base, dtype, pairs, angles_in_dtype)
+    return q, k, heads(project(wv, bv), n_kv_heads)
+
+
 def block_qkv_oracle(
     x: torch.Tensor,
     *,
@@ -145,25 +209,19 @@ def block_qkv_oracle(
     base: float = 10000.0,
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The block's RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) over RMSNorm(x): one fused
-    matrix split into q | k | v, head i = features i*d .. (i+1)*d - 1, positions offset.."""
-    x = x.detach().cpu().to(dtype)
-    batch, seq, _ = x.shape
-    h = rms_norm_oracle(x, norm_weight, eps, dtype)
-    qkv = h @ w_qkv.detach().cpu().to(dtype).T
-    nq, nkv = n_heads * head_dim, n_kv_heads * head_dim
-    q, k, v = qkv[..., :nq], qkv[..., nq : nq + nkv], qkv[..., nq + nkv :]
-
-    def heads(t: torch.Tensor, n: int) -> torch.Tensor:  # (B, T, n*d) -> (B, n, T, d)
-        out = torch.zeros(batch, n, seq, head_dim, dtype=dtype)
-        for i in range(n):
-            out[:, i] = t[..., i * head_dim : (i + 1) * head_dim]
-        return out
-
-    positions = list(range(offset, offset + seq))
-    q = rope_oracle(heads(q, n_heads), positions, base, dtype)
-    k = rope_oracle(heads(k, n_kv_heads), positions, base, dtype)
-    return q, k, heads(v, n_kv_heads)
+    """The block's RoPE(q), RoPE(k) and v over RMSNorm(x), q|k|v from one fused matrix."""
+    return layer_qkv_oracle(
+        x,
+        **split_w_qkv(w_qkv, n_heads, n_kv_heads, head_dim),
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        norm_weight=norm_weight,
+        eps=eps,
+        offset=offset,
+        base=base,
+        dtype=dtype,
+    )
 
 
 def cache_positions_oracle(seen: int, window: int | None) -> list[int]:
@@ -171,6 +229,36 @@ def cache_positions_oracle(seen: int, window: int | None) -> list[int]:
     last W of a windowed layer (the W - 1 the next query still sees, and the one it evicts)."""
     first = 0 if window is None else max(0, seen - window)
     return list(range(first, seen))
+
+
+def attention_layer_oracle(
+    x: torch.Tensor,
+    *,
+    wo: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    window: int | None,
+    sinks: torch.Tensor | None,
+    bo: torch.Tensor | None = None,
+    residual: bool = False,
+    gqa: str = "grouped",
+    dtype: torch.dtype = GOLDEN,
+    **qkv,
+) -> torch.Tensor:
+    """Wo . attn(RoPE(q), RoPE(k), v) (+ bo), plus x when the layer has a residual; ``qkv`` are the
+    keywords of layer_qkv_oracle (matrices, biases, norm, head_dim, offset, base, pairs, angles).
+
+    ``gqa="tiled"`` lets query head h read KV head h % Hkv (like k.repeat): not attnspec's
+    convention, there to name the convention a target follows when it fails."""
+    q, k, v = layer_qkv_oracle(x, n_heads=n_heads, n_kv_heads=n_kv_heads, dtype=dtype, **qkv)
+    if gqa == "tiled":
+        k, v = k.repeat(1, n_heads // n_kv_heads, 1, 1), v.repeat(1, n_heads // n_kv_heads, 1, 1)
+    attn, _ = attention_oracle(q, k, v, window=window, sinks=sinks, dtype=dtype)
+    merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
+    out = merged @ wo.detach().cpu().to(dtype).T
+    if bo is not None:
+        out = out + bo.detach().cpu().to(dtype)
+    return x.detach().cpu().to(dtype) + out if residual else out
 
 
 def attention_block_oracle(
@@ -190,18 +278,19 @@ def attention_block_oracle(
     dtype: torch.dtype = GOLDEN,
 ) -> torch.Tensor:
     """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix."""
-    q, k, v = block_qkv_oracle(
+    return attention_layer_oracle(
         x,
-        norm_weight=norm_weight,
-        eps=eps,
-        w_qkv=w_qkv,
+        **split_w_qkv(w_qkv, n_heads, n_kv_heads, head_dim),
+        wo=w_out,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
+        window=window,
+        sinks=sinks,
+        norm_weight=norm_weight,
+        eps=eps,
+        residual=True,
         offset=offset,
         base=base,
         dtype=dtype,
     )
-    attn, _ = attention_oracle(q, k, v, window=window, sinks=sinks, dtype=dtype)
-    merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
-    return x.detach().cpu().to(dtype) + merged @ w_out.detach().cpu().to(dtype).T

@@ -1,7 +1,10 @@
-"""Hugging Face transformers' eager attention cores (optional: pip install transformers).
+"""Hugging Face transformers' eager attention (optional: pip install transformers).
 
 Each target runs the ``eager_attention_forward`` of one model family (Llama; Mistral, whose
-layers use a sliding window; GptOss, with sinks and a sliding window), with the mask made by
+layers use a sliding window; GptOss, with sinks and a sliding window), and, for the layer
+properties, that family's attention module (LlamaAttention, MistralAttention, GptOssAttention:
+projections, RoPE from the family's rotary embedding, output projection) built from a tiny
+config with random weights, nothing downloaded.  Both get the mask made by
 transformers' own mask functions (``causal_mask_function``, ``sliding_window_causal_mask_function``)
 at absolute positions: query i at Tk - Tq + i, where a KV cache puts it.  Masked scores get
 the dtype's lowest value, as transformers' eager masks do, so a query that sees no key at all
@@ -14,12 +17,13 @@ import math
 from types import SimpleNamespace
 
 import torch
-from transformers import masking_utils
+from transformers import GptOssConfig, LlamaConfig, MistralConfig, masking_utils
 from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 
-from properties.targets import Target
+from properties.hypothesis_helpers import randomize_
+from properties.targets import Layer, LayerSpec, Target
 
 
 def hf_mask(tq: int, tk: int, window: int | None, dtype: torch.dtype, device) -> torch.Tensor:
@@ -34,21 +38,97 @@ def hf_mask(tq: int, tk: int, window: int | None, dtype: torch.dtype, device) ->
     return torch.zeros(tq, tk, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def eager_target(name: str, eager, capabilities: set[str]) -> Target:
+def eager_target(name: str, family, capabilities: set[str]) -> Target:
+    """The eager attention core and the attention module of one transformers model family."""
+
     def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
         module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], training=False)
         if "sinks" in capabilities:  # GptOss always has sinks; -inf sinks are none
             module.sinks = sinks if sinks is not None else q.new_full((q.shape[1],), -math.inf)
         mask = hf_mask(q.shape[2], k.shape[2], window, q.dtype, q.device) if causal else None
         scaling = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        out, weights = eager(module, q, k, v, mask, scaling)
+        out, weights = family.eager_attention_forward(module, q, k, v, mask, scaling)
         out = out.transpose(1, 2)  # eager returns (B, T, H, dv)
         return (out, weights) if return_weights else out
 
-    core = {"weights", "gqa", "decode", "non_causal", "scale"}
-    return Target(name, attention, frozenset(core | capabilities), f"transformers {name} eager attention")
+    def layer(spec: LayerSpec) -> Layer:
+        config = family.config(spec)
+        config._attn_implementation = "eager"
+        module = family.attention(config, layer_idx=0)
+        randomize_(module, spec.seed).to(spec.device, spec.dtype).eval()
+        if hasattr(module, "sinks") and not spec.sinks:
+            module.sinks.data.fill_(-math.inf)
+        rotary = family.rotary(config).to(spec.device)
+
+        def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
+            batch, seq, _ = x.shape
+            positions = torch.arange(offset, offset + seq, device=x.device).expand(batch, seq)
+            mask = hf_mask(seq, seq, spec.window, x.dtype, x.device)[None, None]
+            return module(x, rotary(x, positions), mask)[0]
+
+        projections = [module.q_proj, module.k_proj, module.v_proj, module.o_proj]
+        return Layer(
+            forward,
+            *(p.weight for p in projections),
+            *(p.bias for p in projections),
+            sinks=module.sinks if spec.sinks else None,
+        )
+
+    core = {"weights", "gqa", "value_dim", "decode", "non_causal", "scale", "layer", "offset"}
+    return Target(
+        name, attention, frozenset(core | capabilities), f"transformers {name} eager attention", layer
+    )
 
 
-LLAMA = eager_target("hf-llama", modeling_llama.eager_attention_forward, set())
-MISTRAL = eager_target("hf-mistral", modeling_mistral.eager_attention_forward, {"window"})
-GPTOSS = eager_target("hf-gptoss", modeling_gpt_oss.eager_attention_forward, {"window", "sinks"})
+def sizes(spec: LayerSpec) -> dict:
+    """The config fields of a tiny model with one attention layer of ``spec``'s sizes and RoPE."""
+    return {
+        "hidden_size": spec.d_model,
+        "num_attention_heads": spec.n_heads,
+        "num_key_value_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "rope_parameters": {"rope_type": "default", "rope_theta": spec.base},
+        "num_hidden_layers": 1,
+        "intermediate_size": 1,
+        "vocab_size": 1,
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+
+
+LLAMA = eager_target(
+    "hf-llama",
+    SimpleNamespace(
+        eager_attention_forward=modeling_llama.eager_attention_forward,
+        config=lambda spec: LlamaConfig(**sizes(spec)),
+        attention=modeling_llama.LlamaAttention,
+        rotary=modeling_llama.LlamaRotaryEmbedding,
+    ),
+    set(),
+)
+MISTRAL = eager_target(
+    "hf-mistral",
+    SimpleNamespace(
+        eager_attention_forward=modeling_mistral.eager_attention_forward,
+        config=lambda spec: MistralConfig(**sizes(spec), sliding_window=spec.window),
+        attention=modeling_mistral.MistralAttention,
+        rotary=modeling_mistral.MistralRotaryEmbedding,
+    ),
+    {"window"},
+)
+GPTOSS = eager_target(
+    "hf-gptoss",
+    SimpleNamespace(
+        eager_attention_forward=modeling_gpt_oss.eager_attention_forward,
+        config=lambda spec: GptOssConfig(
+            **sizes(spec),
+            sliding_window=spec.window or 1,
+            layer_types=["full_attention" if spec.window is None else "sliding_attention"],
+            num_local_experts=1,
+            num_experts_per_tok=1,
+        ),
+        attention=modeling_gpt_oss.GptOssAttention,
+        rotary=modeling_gpt_oss.GptOssRotaryEmbedding,
+    ),
+    {"window", "sinks"},
+)

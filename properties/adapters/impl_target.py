@@ -1,6 +1,38 @@
 """impl/ itself: every capability, and every property (the default target)."""
 
-from impl import scaled_dot_product_attention
-from properties.targets import CAPABILITIES, Target
+from __future__ import annotations
 
-TARGET = Target("impl", scaled_dot_product_attention, frozenset(CAPABILITIES), "attnspec's impl/")
+from impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
+from properties.hypothesis_helpers import randomize_
+from properties.targets import CAPABILITIES, Layer, LayerSpec, Target
+from specs.oracle import split_w_qkv
+
+
+def layer(spec: LayerSpec) -> Layer:
+    """impl's AttentionBlock (pre-norm, residual, one fused q|k|v matrix) as layer 0 of one."""
+    config = ModelConfig(
+        d_model=spec.d_model,
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        head_dim=spec.head_dim,
+        n_layers=1,
+        window=spec.window,
+        window_layers="all",
+        use_sinks=spec.sinks,
+        rope_base=spec.base,
+    )
+    block = randomize_(AttentionBlock(config), spec.seed).to(spec.device, spec.dtype)
+    return Layer(
+        lambda x, offset: block(x, offset=offset),
+        **split_w_qkv(block.qkv.weight, spec.n_heads, spec.n_kv_heads, spec.head_dim),
+        wo=block.out.weight,
+        sinks=block.sinks,
+        norm_weight=block.norm.weight,
+        eps=config.norm_eps,
+        residual=True,
+    )
+
+
+TARGET = Target(
+    "impl", scaled_dot_product_attention, frozenset(CAPABILITIES), "attnspec's impl/", layer=layer
+)

@@ -1,5 +1,6 @@
-"""Deliberately broken copies of the torch adapter, each with another legitimate convention:
-the conformance kit must fail them and name the convention (meta_tests/test_conformance.py).
+"""Deliberately broken copies of the torch adapter (and of impl's layer), each with another
+legitimate convention: the conformance kit must fail them and name the convention
+(meta_tests/test_conformance.py).
 
     pytest properties --impl properties.meta_tests.broken_targets:INCLUSIVE_WINDOW
 """
@@ -10,7 +11,9 @@ from dataclasses import replace
 
 import torch.nn.functional as F
 
+from properties.adapters import impl_target
 from properties.adapters.torch_sdpa import TARGET, attention
+from properties.targets import Layer, LayerSpec
 
 
 def inclusive_window(q, k, v, *, window=None, **kwargs):
@@ -31,6 +34,22 @@ def top_left(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
     return attention(q, k, v, causal=causal, window=window, sinks=sinks, scale=scale)
 
 
+def interleaved_rope_layer(spec: LayerSpec) -> Layer:
+    """A layer that rotates the pairs (x_2i, x_2i+1): impl's block (half-split pairs) whose reported
+    q and k rows are permuted per head so that feature 2i is the block's i and 2i+1 its i + d/2."""
+    built = impl_target.layer(spec)
+    d, half = spec.head_dim, spec.head_dim // 2
+    within = [i // 2 + (half if i % 2 else 0) for i in range(d)]  # 2i -> i, 2i+1 -> i + d/2
+
+    def rows(n_heads: int) -> list[int]:
+        return [head * d + j for head in range(n_heads) for j in within]
+
+    return replace(built, wq=built.wq[rows(spec.n_heads)], wk=built.wk[rows(spec.n_kv_heads)])
+
+
 INCLUSIVE_WINDOW = replace(TARGET, attention=inclusive_window)
 TILED_GQA = replace(TARGET, attention=tiled_gqa)
 TOP_LEFT = replace(TARGET, attention=top_left)
+INTERLEAVED_ROPE = replace(
+    TARGET, capabilities=TARGET.capabilities | {"layer", "offset"}, layer=interleaved_rope_layer
+)

@@ -1,7 +1,7 @@
 """The conformance kit (`pytest properties --impl NAME`) fails broken targets, and says why.
 
-Each broken copy of the torch adapter (broken_targets.py) follows another legitimate
-convention; the oracle property must fail it with a message that names that convention, while
+Each broken copy of the torch adapter or of impl's layer (broken_targets.py) follows another
+legitimate convention; the oracle property must fail it with a message that names that convention, while
 the correct adapter passes every property it has the capabilities for.
 """
 
@@ -35,10 +35,12 @@ def test_the_torch_adapter_passes_every_property_it_can_run():
         ("INCLUSIVE_WINDOW", "a window of W+1"),
         ("TILED_GQA", "tile-style GQA"),
         ("TOP_LEFT", "top-left alignment"),
+        ("INTERLEAVED_ROPE", "interleaved RoPE pairs"),
     ],
 )
 def test_a_target_with_another_convention_fails_with_a_message_that_names_it(broken, convention):
-    done = run_properties(f"properties.meta_tests.broken_targets:{broken}", "-k", "test_matches_the_oracle")
+    oracle_properties = "test_matches_the_oracle or test_layer_matches_the_oracle_layer"
+    done = run_properties(f"properties.meta_tests.broken_targets:{broken}", "-k", oracle_properties)
     assert done.returncode == 1, done.stdout[-3000:]
     assert f"convention mismatch: the target follows {convention}" in done.stdout, done.stdout[-3000:]
 

@@ -37,6 +37,23 @@ def test_rope_rotates_the_first_pair_by_the_position():
     assert torch.allclose(y, torch.tensor([[math.cos(2), math.sin(2)]], dtype=torch.float64))
 
 
+def test_rope_pairs_half_split_features_or_interleaved_neighbours():
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)  # d=4: theta_0 = 1, theta_1 = 1/base
+    half, interleaved = rope_oracle(x, [2], base=100.0), rope_oracle(x, [2], base=100.0, pairs="interleaved")
+    assert torch.allclose(half, torch.tensor([[math.cos(2), 0.0, math.sin(2), 0.0]], dtype=torch.float64))
+    assert torch.allclose(
+        interleaved, torch.tensor([[math.cos(2), math.sin(2), 0.0, 0.0]], dtype=torch.float64)
+    )
+
+
+def test_rope_angles_in_the_dtype_are_the_rounded_ones():
+    x = torch.tensor([[1.0, 0.0]], dtype=torch.float32)
+    exact = rope_oracle(x, [2**24 + 1], dtype=torch.float32)  # float32 holds 2**24, not 2**24 + 1
+    rounded = rope_oracle(x, [2**24 + 1], dtype=torch.float32, angles_in_dtype=True)
+    expected = torch.tensor([[math.cos(2**24), math.sin(2**24)]], dtype=torch.float32)
+    assert torch.equal(rounded, expected) and not torch.equal(exact, expected)
+
+
 def test_catalogue_loads_and_ids_are_unique(tmp_path):
     assert len(REQUIREMENTS) >= 30
     assert all(r.statement and r.source and r.tolerance for r in REQUIREMENTS.values())

@@ -1,0 +1,82 @@
+"""OpenAI's gpt-oss reference implementation (its package's torch model, gpt_oss.torch.model).
+
+The core is its ``sdpa``: self-attention over one unbatched sequence (here, one call per batch
+row), GQA through a (T, Hkv, r, d) query layout, sinks always on (none = sinks of -inf), a band
+mask for the window, and values of the query head size.  The layer is its ``AttentionBlock``:
+RMSNorm, one fused q|k|v matrix with biases, RoPE (YaRN scaling off: factor 1), the core, the
+output projection and the residual; its RoPE always starts at position 0 (no offset), and it is
+built as layer 0 (windowed) or layer 1 (full), as gpt-oss alternates them.
+
+The package declares Python >= 3.12 and a serving stack; its torch model needs only torch and
+safetensors, so `tox -e conformance` installs it with ``--no-deps --ignore-requires-python``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from gpt_oss.torch import model
+
+from properties.hypothesis_helpers import randomize_
+from properties.targets import Layer, LayerSpec, Target
+from specs.oracle import split_w_qkv
+
+
+def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
+    batch, n_heads, seq, head_dim = q.shape
+    n_kv_heads = k.shape[1]
+    if sinks is None:
+        sinks = q.new_full((n_heads,), -math.inf)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    rows = []
+    for b in range(batch):
+        grouped = q[b].transpose(0, 1).reshape(seq, n_kv_heads, n_heads // n_kv_heads, head_dim)
+        out = model.sdpa(grouped, k[b].transpose(0, 1), v[b].transpose(0, 1), sinks, scale, window or 0)
+        rows.append(out.view(seq, n_heads, head_dim).transpose(0, 1))
+    return torch.stack(rows)
+
+
+def layer(spec: LayerSpec) -> Layer:
+    config = model.ModelConfig(
+        hidden_size=spec.d_model,
+        head_dim=spec.head_dim,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads,
+        sliding_window=spec.window or 0,
+        rope_theta=spec.base,
+        rope_scaling_factor=1.0,
+    )
+    block = model.AttentionBlock(config, layer_idx=0 if spec.window else 1, device=spec.device)
+    randomize_(block, spec.seed).to(spec.dtype)
+    if not spec.sinks:
+        block.sinks.data.fill_(-math.inf)
+
+    def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
+        assert offset == 0, "gpt-oss's reference RoPE starts at position 0"
+        return torch.stack([block(row) for row in x])
+
+    weight, bias = block.qkv.weight, block.qkv.bias
+    biases = split_w_qkv(bias, spec.n_heads, spec.n_kv_heads, spec.head_dim)
+    return Layer(
+        forward,
+        **split_w_qkv(weight, spec.n_heads, spec.n_kv_heads, spec.head_dim),
+        wo=block.out.weight,
+        bq=biases["wq"],
+        bk=biases["wk"],
+        bv=biases["wv"],
+        bo=block.out.bias,
+        sinks=block.sinks if spec.sinks else None,
+        norm_weight=block.norm.scale,
+        eps=block.norm.eps,
+        residual=True,
+    )
+
+
+TARGET = Target(
+    "gpt-oss",
+    attention,
+    frozenset({"window", "sinks", "gqa", "scale", "float64", "layer"}),
+    "gpt-oss reference sdpa and AttentionBlock (gpt_oss.torch.model)",
+    layer,
+)

@@ -1,0 +1,156 @@
+"""Whole attention layers of any target (--impl): projections, RoPE, attention, output projection.
+
+The target builds a layer from a LayerSpec (properties/targets.py) and reports its parameters;
+the oracle layer built from those parameters must agree with it (LAYER-1), naming the convention
+when the layer follows another one (interleaved RoPE pairs, a window of W+-1, tile-style GQA).
+Causality (BLOCK-3) and the shift invariance that RoPE gives (ROPE-4) hold for every layer.
+impl's own AttentionBlock is the "impl" target's layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties.hypothesis_helpers import noise_like, seeded_randn, seeds
+from properties.pytest_helpers import assert_exactly_equal, assert_layer_golden
+from properties.targets import Layer, LayerSpec, current
+from specs.oracle import attention_layer_oracle
+from specs.tolerance import golden_bound
+
+TARGET = current()
+pytestmark = pytest.mark.needs("layer")
+
+
+@dataclass(frozen=True)
+class LayerCase:
+    spec: LayerSpec
+    batch: int
+    seq: int
+    offset: int
+
+    def build(self, device: torch.device) -> tuple[Layer, torch.Tensor]:
+        """The target's layer on ``device`` and an input (B, T, D) of unit scale."""
+        spec = LayerSpec(**{**self.spec.__dict__, "device": device})
+        x = seeded_randn(spec.seed + 1, self.batch, self.seq, spec.d_model, device=device, dtype=spec.dtype)
+        return TARGET.layer(spec), x
+
+
+@st.composite
+def layer_cases(draw: st.DrawFn, max_seq: int = 10) -> LayerCase:
+    """A tiny layer within the target's capabilities: GQA groups, a window, sinks, a RoPE base
+    away from 10000 (head_dim >= 4 makes it matter), and a position offset.  D is a multiple of
+    Hq (transformers' configs insist) but drawn apart from Hq * d."""
+    n_kv_heads = draw(st.integers(1, 2))
+    group = draw(st.integers(1, 3)) if TARGET.supports("gqa") else 1
+    seq = draw(st.integers(1, max_seq))
+    spec = LayerSpec(
+        d_model=n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6])),
+        n_heads=n_kv_heads * group,
+        n_kv_heads=n_kv_heads,
+        head_dim=draw(st.sampled_from([2, 4, 6, 8])),
+        window=draw(st.one_of(st.none(), st.integers(1, seq + 1))) if TARGET.supports("window") else None,
+        sinks=draw(st.booleans()) if TARGET.supports("sinks") else False,
+        base=draw(st.sampled_from([10000.0, 10.0, 500000.0])),
+        seed=draw(seeds),
+    )
+    offset = draw(st.integers(0, 64)) if TARGET.supports("offset") else 0
+    return LayerCase(spec, draw(st.integers(1, 2)), seq, offset)
+
+
+def oracle_keywords(layer: Layer, case: LayerCase) -> dict:
+    """attention_layer_oracle's keywords: sizes, window and RoPE from the spec, parameters from the layer."""
+    spec = case.spec
+    parameters = {name: getattr(layer, name) for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")}
+    return {
+        **parameters,
+        "sinks": layer.sinks,
+        "norm_weight": layer.norm_weight,
+        "eps": layer.eps,
+        "residual": layer.residual,
+        "n_heads": spec.n_heads,
+        "n_kv_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "window": spec.window,
+        "base": spec.base,
+        "offset": case.offset,
+    }
+
+
+def lowp_oracle(x: torch.Tensor, keywords: dict, dtype: torch.dtype) -> torch.Tensor:
+    """The oracle layer in the tested dtype, its RoPE angle table included: transformers builds
+    p * base^(-2i/d) in float32, which at position 34 is already ~2e-6 rad off, and the policy's
+    bound must price that in (impl's own block keeps the strict bound of BLOCK-1)."""
+    return attention_layer_oracle(x, **keywords, dtype=dtype, angles_in_dtype=True)
+
+
+def check_spec(layer: Layer, spec: LayerSpec) -> None:
+    """The parameters the target reports have the sizes the spec asked for."""
+    width, kv_width = spec.n_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim
+    shapes = {"wq": (width, spec.d_model), "wk": (kv_width, spec.d_model), "wv": (kv_width, spec.d_model)}
+    shapes["wo"] = (spec.d_model, width)
+    for name, shape in shapes.items():
+        assert tuple(getattr(layer, name).shape) == shape, f"{name} is {tuple(getattr(layer, name).shape)}"
+    assert (layer.sinks is not None) == spec.sinks, f"sinks {layer.sinks} for a spec with sinks={spec.sinks}"
+
+
+# --------------------------------------------------------------------------- LAYER-1
+
+
+@pytest.mark.req("LAYER-1", "BLOCK-4")
+@given(case=layer_cases())
+def test_layer_matches_the_oracle_layer(device, case):
+    layer, x = case.build(device)
+    check_spec(layer, case.spec)
+    with torch.no_grad():
+        out = layer.forward(x, case.offset)
+    keywords = oracle_keywords(layer, case)
+    golden = attention_layer_oracle(x, **keywords)
+    ref_lowp = lowp_oracle(x, keywords, case.spec.dtype)
+    assert out.dtype == x.dtype and out.device == x.device, f"out is {out.dtype} on {out.device}"
+    assert_layer_golden(out, golden, ref_lowp, f"{TARGET.name} layer vs oracle layer", x, **keywords)
+
+
+# --------------------------------------------------------------------------- BLOCK-3
+
+
+@pytest.mark.req("BLOCK-3")
+@given(case=layer_cases().filter(lambda c: c.seq >= 2), data=st.data())
+def test_future_tokens_never_change_earlier_layer_outputs(device, case, data):
+    t = data.draw(st.integers(0, case.seq - 2), label="t")
+    layer, x = case.build(device)
+    x_new = x.clone()
+    x_new[:, t + 1 :] = noise_like(x[:, t + 1 :], case.spec.seed + 2)
+    with torch.no_grad():
+        out, out_new = layer.forward(x, case.offset), layer.forward(x_new, case.offset)
+    what = f"layer outputs 0..{t} after changing later tokens"
+    assert_exactly_equal(out_new[:, : t + 1], out[:, : t + 1], what)
+
+
+# --------------------------------------------------------------------------- ROPE-4
+
+
+@pytest.mark.req("ROPE-4")
+@pytest.mark.needs("offset")
+@given(case=layer_cases(), shift=st.integers(1, 64))
+def test_shifting_every_position_leaves_the_layer_output_unchanged(device, case, shift):
+    """|out(s) - out(0)| <= the golden bound at each offset (the oracle is shift-invariant, so the
+    two bounds add up by the triangle inequality)."""
+    layer, x = case.build(device)
+    with torch.no_grad():
+        out, shifted = layer.forward(x, case.offset), layer.forward(x, case.offset + shift)
+    keywords = oracle_keywords(layer, case)
+    golden = attention_layer_oracle(x, **keywords)
+    bound = sum(
+        golden_bound(golden, lowp_oracle(x, {**keywords, "offset": at}, case.spec.dtype), x.dtype)
+        for at in (case.offset, case.offset + shift)
+    )
+    worst = (shifted.double() - out.double()).abs().max().item()
+    assert worst <= bound, (
+        f"layer output at positions {case.offset + shift}.. differs from the one at {case.offset}.. "
+        f"by {worst:.3e}, more than the {x.dtype} bound {bound:.3e}"
+    )
