@@ -16,6 +16,7 @@ from specs.oracle import (
     attention_oracle,
     ffn_oracle,
     rms_norm_oracle,
+    rope_oracle,
 )
 from specs.tolerance import golden_bound
 
@@ -240,6 +241,7 @@ def window_candidates(window: int | None, oracle: Callable) -> list:
     return candidates
 
 
+INTERLEAVED = "interleaved RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate"
 TILED_GQA = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
 
 
@@ -272,11 +274,18 @@ def layer_convention_mismatch(out: torch.Tensor, x: torch.Tensor, **layer) -> st
     def oracle(**change):
         return attention_layer_oracle(x, **{**layer, **change})
 
-    interleaved = "interleaved RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate"
-    candidates = [(interleaved, lambda: oracle(pairs="interleaved"))]
+    candidates = [(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
         candidates.append((TILED_GQA, lambda: oracle(gqa="tiled")))
+    return first_match(out, candidates)
+
+
+def rope_convention_mismatch(
+    out: torch.Tensor, x: torch.Tensor, positions: list[int], base: float
+) -> str | None:
+    """convention_mismatch for RoPE alone: interleaved pairs."""
+    candidates = [(INTERLEAVED, lambda: rope_oracle(x, positions, base, pairs="interleaved"))]
     return first_match(out, candidates)
 
 
@@ -294,6 +303,22 @@ def assert_layer_golden(out, golden, ref_lowp, what: str, x, **layer) -> None:
     """assert_attention_golden for a whole attention layer (layer_convention_mismatch)."""
     mismatch = functools.partial(layer_convention_mismatch, out, x, **layer)
     _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+
+
+def assert_rope_golden(out, golden, ref_lowp, what: str, x, positions: list[int], base: float) -> None:
+    """assert_attention_golden for a rotary embedding (rope_convention_mismatch)."""
+    mismatch = functools.partial(rope_convention_mismatch, out, x, positions, base)
+    _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+
+
+def assert_shift_invariant(shifted, out, golden, lowp_shifted, lowp_out, what: str) -> None:
+    """|shifted - out| within the golden bounds of both: ``golden`` is the value of the law (the
+    oracle is shift-invariant), so by the triangle inequality the two bounds add up.  A target
+    whose angle table is in a low dtype drifts with the position, which a plain assert_close
+    between the two outputs would not allow for."""
+    bound = golden_bound(golden, lowp_shifted, out.dtype) + golden_bound(golden, lowp_out, out.dtype)
+    worst = (shifted.detach().cpu().double() - out.detach().cpu().double()).abs().max().item()
+    assert worst <= bound, f"{what}: max |diff| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e}"
 
 
 def _golden_or_convention(out, golden, ref_lowp, what: str, mismatch: Callable[[], str | None]) -> None:

@@ -9,6 +9,11 @@ A target is any object with
         the names (CAPABILITIES) of what else it supports; an argument it does not support is
         never passed to it, and a property that needs a missing capability is skipped
 
+and, for the RoPE properties (capability "rope"), the rotary embedding:
+
+    rope(x, positions, base=10000.0)
+        x (..., T, d) rotated at positions (T,) (a LongTensor on x's device), same shape and dtype
+
 and, for the layer properties (capability "layer"), a whole attention layer:
 
     layer(spec: LayerSpec) -> Layer
@@ -40,8 +45,9 @@ CAPABILITIES = {
     "blind": "more queries than keys: the first Tq-Tk see no key and output exactly 0",
     "non_causal": "causal=False",
     "scale": "an explicit scale instead of 1/sqrt(d)",
-    "float64": "float64 inputs computed in float64 (not through a float32 softmax)",
+    "float64": "float64 inputs computed in float64 throughout (no float32 softmax or RoPE angles)",
     "float16": "fp16/bf16 inputs scored in float32",
+    "rope": "the rotary embedding on its own (rope(x, positions, base))",
     "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
@@ -107,13 +113,17 @@ class Target:
     capabilities: frozenset[str]
     about: str = ""
     layer: Callable[[LayerSpec], Layer] | None = None
+    rope: Callable[..., torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
-        if "layer" in self.capabilities and not callable(self.layer):
-            raise TypeError(f"{self.name} claims the 'layer' capability but has no callable layer(spec)")
+        for method in ("layer", "rope"):
+            if method in self.capabilities and not callable(getattr(self, method)):
+                raise TypeError(
+                    f"{self.name} claims the {method!r} capability but has no callable {method}()"
+                )
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
@@ -128,7 +138,9 @@ def as_target(name: str, obj: object) -> Target:
         raise TypeError(f"{obj!r} has no callable attention(q, k, v, ...)")
     capabilities = frozenset(getattr(obj, "capabilities", ()))
     about = getattr(obj, "__doc__", "") or ""
-    return Target(name, attention, capabilities, about, getattr(obj, "layer", None))
+    return Target(
+        name, attention, capabilities, about, getattr(obj, "layer", None), getattr(obj, "rope", None)
+    )
 
 
 def load(name: str) -> Target:

@@ -17,10 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from properties.hypothesis_helpers import noise_like, seeded_randn, seeds
-from properties.pytest_helpers import assert_exactly_equal, assert_layer_golden
+from properties.pytest_helpers import assert_exactly_equal, assert_layer_golden, assert_shift_invariant
 from properties.targets import Layer, LayerSpec, current
 from specs.oracle import attention_layer_oracle
-from specs.tolerance import golden_bound
 
 TARGET = current()
 pytestmark = pytest.mark.needs("layer")
@@ -138,19 +137,13 @@ def test_future_tokens_never_change_earlier_layer_outputs(device, case, data):
 @pytest.mark.needs("offset")
 @given(case=layer_cases(), shift=st.integers(1, 64))
 def test_shifting_every_position_leaves_the_layer_output_unchanged(device, case, shift):
-    """|out(s) - out(0)| <= the golden bound at each offset (the oracle is shift-invariant, so the
-    two bounds add up by the triangle inequality)."""
     layer, x = case.build(device)
     with torch.no_grad():
         out, shifted = layer.forward(x, case.offset), layer.forward(x, case.offset + shift)
     keywords = oracle_keywords(layer, case)
-    golden = attention_layer_oracle(x, **keywords)
-    bound = sum(
-        golden_bound(golden, lowp_oracle(x, {**keywords, "offset": at}, case.spec.dtype), x.dtype)
+    lowp_out, lowp_shifted = (
+        lowp_oracle(x, {**keywords, "offset": at}, case.spec.dtype)
         for at in (case.offset, case.offset + shift)
     )
-    worst = (shifted.double() - out.double()).abs().max().item()
-    assert worst <= bound, (
-        f"layer output at positions {case.offset + shift}.. differs from the one at {case.offset}.. "
-        f"by {worst:.3e}, more than the {x.dtype} bound {bound:.3e}"
-    )
+    what = f"layer output at positions {case.offset + shift}.. vs {case.offset}.."
+    assert_shift_invariant(shifted, out, attention_layer_oracle(x, **keywords), lowp_shifted, lowp_out, what)

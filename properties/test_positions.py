@@ -1,7 +1,9 @@
-"""Positions: rotary embeddings (ROPE-*), sinusoidal encodings and the learned table (PE-*).
+"""Positions: impl's rotary embeddings (ROPE-*), sinusoidal encodings and the learned table (PE-*).
 
 RoPE convention (DESIGN.md): feature i is paired with feature i + d/2 and the pair at
-position p is rotated by the angle p * base^(-2i/d), base 10000.
+position p is rotated by the angle p * base^(-2i/d), base 10000.  The laws every target's RoPE
+obeys are in test_rope.py; here are impl's own forms (offset, 2-D input, device, errors, the
+block), held to exact angles (impl builds its angle table in float64).
 """
 
 from __future__ import annotations
@@ -48,25 +50,6 @@ def _rope_at(x: torch.Tensor, positions: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.req("ROPE-1")
-@given(
-    d=head_dims,
-    t=st.integers(1, 6),
-    data=st.data(),
-    seed=seeds,
-)
-def test_rope_scores_depend_only_on_relative_offset(device, d, t, data, seed):
-    """<R_m q, R_n k> == <R_(m+s) q, R_(n+s) k> for arbitrary positions m, n and shift s."""
-    pos_q = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="pos_q")
-    pos_k = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="pos_k")
-    s = data.draw(st.integers(-min(pos_q + pos_k), 2048), label="shift")
-    q = seeded_randn(seed, 2, t, d, device=device)
-    k = seeded_randn(seed + 1, 2, t, d, device=device)
-    scores = _rope_at(q, pos_q) @ _rope_at(k, pos_k).transpose(-2, -1)
-    shifted = _rope_at(q, [p + s for p in pos_q]) @ _rope_at(k, [p + s for p in pos_k]).transpose(-2, -1)
-    assert_close(shifted, scores, f"RoPE scores after shifting every position by {s}")
-
-
-@pytest.mark.req("ROPE-1")
 @given(d=head_dims, t=st.integers(1, 8), offset=st.integers(0, 1024), seed=seeds)
 def test_rope_score_matrix_is_offset_free(device, d, t, offset, seed):
     """The (T, T) score matrix of a rotated sequence is the same at offset 0 and any offset."""
@@ -81,46 +64,13 @@ def test_rope_score_matrix_is_offset_free(device, d, t, offset, seed):
 
 
 @pytest.mark.req("ROPE-2")
-@given(
-    d=head_dims,
-    t=st.integers(1, 6),
-    data=st.data(),
-    dtype=float_dtypes,
-    seed=seeds,
-)
-def test_rope_preserves_every_half_split_pair_norm(device, d, t, data, dtype, seed):
-    positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
-    x = seeded_randn(seed, 2, 3, t, d, device=device, dtype=dtype)
-    y = _rope_at(x, positions)
-    half = d // 2
-    pair_norm_x = torch.sqrt(x[..., :half] ** 2 + x[..., half:] ** 2)
-    pair_norm_y = torch.sqrt(y[..., :half] ** 2 + y[..., half:] ** 2)
-    assert_close(pair_norm_y, pair_norm_x, "norm of each pair (x_i, x_(i+d/2)) after RoPE")
-    assert_close(torch.linalg.vector_norm(y, dim=-1), torch.linalg.vector_norm(x, dim=-1), "vector norm")
-
-
-@pytest.mark.req("ROPE-2")
 @given(d=head_dims, t=st.integers(1, 6), dtype=float_dtypes, seed=seeds)
-def test_rope_is_the_identity_at_position_zero(device, d, t, dtype, seed):
+def test_rope_offset_form_is_the_identity_for_the_first_token(device, d, t, dtype, seed):
     x = seeded_randn(seed, 2, t, d, device=device, dtype=dtype)
-    zeros = torch.zeros(t, dtype=torch.long, device=device)
-    assert_exactly_equal(apply_rope(x, zeros), x, "RoPE at position 0 (every token)")
     assert_exactly_equal(apply_rope(x[..., :1, :]), x[..., :1, :], "RoPE of the first token at offset 0")
 
 
 # --------------------------------------------------------------------------- ROPE-3
-
-
-@pytest.mark.req("ROPE-3")
-@given(d=head_dims, t=st.integers(1, 6), data=st.data(), dtype=float_dtypes, seed=seeds)
-def test_rope_matches_the_oracle_at_drawn_positions(device, d, t, data, dtype, seed):
-    positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
-    x = seeded_randn(seed, 2, 2, t, d, device=device, dtype=dtype)
-    out = _rope_at(x, positions)
-    assert out.dtype == dtype, f"apply_rope of a {dtype} input returned {out.dtype}"
-    golden = rope_oracle(x, positions)
-    ref_lowp = rope_oracle(x, positions, dtype=dtype)
-    assert_golden(out, golden, ref_lowp, f"apply_rope at positions {positions}")
 
 
 @pytest.mark.req("ROPE-3")

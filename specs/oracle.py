@@ -82,8 +82,10 @@ def rope_oracle(
 ) -> torch.Tensor:
     """Rotate each half-split pair (x_i, x_(i+d/2)) of x (..., T, d) by p * base^(-2i/d).
 
-    The angles are exact (float64) unless ``angles_in_dtype``: then base^(-2i/d) and p times it
-    are rounded to ``dtype``, as an implementation that builds its angle table in that dtype does.
+    The angles are exact (float64) unless ``angles_in_dtype``: then theta_i = 1 / base^(2i/d) and
+    p * theta_i are computed one rounded step at a time in ``dtype`` (2i/d, the power, the
+    reciprocal, the product), as an implementation that builds its angle table in that dtype does;
+    the rounded exponent alone moves theta_i by up to ln(base) * 2i/d * eps / 2.
     ``pairs="interleaved"`` rotates (x_2i, x_(2i+1)) instead: not attnspec's convention (DESIGN.md),
     there to name the convention a target follows when it fails."""
     x = x.detach().cpu().to(dtype)
@@ -92,11 +94,15 @@ def rope_oracle(
     y = x.clone()
 
     def rounded(value: float) -> float:
-        return torch.tensor(value, dtype=dtype).item() if angles_in_dtype else value
+        return torch.tensor(value, dtype=dtype).item()
 
     for t, p in enumerate(positions):
         for i in range(half):
-            angle = rounded(p * rounded(base ** (-2.0 * i / d)))
+            if angles_in_dtype:
+                theta = rounded(1.0 / rounded(rounded(base) ** rounded(2.0 * i / d)))
+                angle = rounded(p * theta)
+            else:
+                angle = p * base ** (-2.0 * i / d)
             c, s = math.cos(angle), math.sin(angle)
             first, second = (i, i + half) if pairs == "half" else (2 * i, 2 * i + 1)
             a, b = x[..., t, first], x[..., t, second]

@@ -5,7 +5,9 @@ row), GQA through a (T, Hkv, r, d) query layout, sinks always on (none = sinks o
 mask for the window, and values of the query head size.  The layer is its ``AttentionBlock``:
 RMSNorm, one fused q|k|v matrix with biases, RoPE (YaRN scaling off: factor 1), the core, the
 output projection and the residual; its RoPE always starts at position 0 (no offset), and it is
-built as layer 0 (windowed) or layer 1 (full), as gpt-oss alternates them.
+built as layer 0 (windowed) or layer 1 (full), as gpt-oss alternates them.  The RoPE is its
+RotaryEmbedding's cos/sin table (float32, YaRN off) and its _apply_rotary_emb; with float32 angles
+it has no "float64" capability (its sdpa alone would compute float64 in float64).
 
 The package declares Python >= 3.12 and a serving stack; its torch model needs only torch and
 safetensors, so `tox -e conformance` installs it with ``--no-deps --ignore-requires-python``.
@@ -35,6 +37,15 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
         out = model.sdpa(grouped, k[b].transpose(0, 1), v[b].transpose(0, 1), sinks, scale, window or 0)
         rows.append(out.view(seq, n_heads, head_dim).transpose(0, 1))
     return torch.stack(rows)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    seq, head_dim = x.shape[-2:]
+    table = model.RotaryEmbedding(head_dim, base, torch.float32, scaling_factor=1.0, device=x.device)
+    cos, sin = table._compute_cos_sin(int(positions.max()) + 1)  # (P, d/2), rows 0..max position
+    tokens_first = x.reshape(-1, seq, head_dim).transpose(0, 1)  # (T, N, d), as the block holds q
+    rotated = model._apply_rotary_emb(tokens_first, cos[positions], sin[positions])
+    return rotated.transpose(0, 1).reshape(x.shape)
 
 
 def layer(spec: LayerSpec) -> Layer:
@@ -76,7 +87,8 @@ def layer(spec: LayerSpec) -> Layer:
 TARGET = Target(
     "gpt-oss",
     attention,
-    frozenset({"window", "sinks", "gqa", "scale", "float64", "layer"}),
-    "gpt-oss reference sdpa and AttentionBlock (gpt_oss.torch.model)",
+    frozenset({"window", "sinks", "gqa", "scale", "layer", "rope"}),
+    "gpt-oss reference sdpa, AttentionBlock and RoPE (gpt_oss.torch.model)",
     layer,
+    rope,
 )

@@ -4,7 +4,9 @@ Each target runs the ``eager_attention_forward`` of one model family (Llama; Mis
 layers use a sliding window; GptOss, with sinks and a sliding window), and, for the layer
 properties, that family's attention module (LlamaAttention, MistralAttention, GptOssAttention:
 projections, RoPE from the family's rotary embedding, output projection) built from a tiny
-config with random weights, nothing downloaded.  Both get the mask made by
+config with random weights, nothing downloaded, and for the RoPE properties the family's rotary
+embedding and apply_rotary_pos_emb (angles in float32, as transformers builds them).  The
+attention gets the mask made by
 transformers' own mask functions (``causal_mask_function``, ``sliding_window_causal_mask_function``)
 at absolute positions: query i at Tk - Tq + i, where a KV cache puts it.  Masked scores get
 the dtype's lowest value, as transformers' eager masks do, so a query that sees no key at all
@@ -74,10 +76,16 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
             sinks=module.sinks if spec.sinks else None,
         )
 
-    core = {"weights", "gqa", "value_dim", "decode", "non_causal", "scale", "layer", "offset"}
-    return Target(
-        name, attention, frozenset(core | capabilities), f"transformers {name} eager attention", layer
-    )
+    def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+        seq, head_dim = x.shape[-2:]
+        config = family.config(LayerSpec(head_dim, 1, 1, head_dim, base=base))
+        cos, sin = family.rotary(config).to(x.device)(x, positions[None])  # (1, T, ...)
+        rows = x.reshape(-1, 1, seq, head_dim)  # (N, 1, T, d): every leading axis as a batch of one head
+        return family.apply_rotary_pos_emb(rows, rows, cos, sin)[0].reshape(x.shape)
+
+    core = {"weights", "gqa", "value_dim", "decode", "non_causal", "scale", "layer", "offset", "rope"}
+    about = f"transformers {name} eager attention, attention module and rotary embedding"
+    return Target(name, attention, frozenset(core | capabilities), about, layer, rope)
 
 
 def sizes(spec: LayerSpec) -> dict:
@@ -103,6 +111,7 @@ LLAMA = eager_target(
         config=lambda spec: LlamaConfig(**sizes(spec)),
         attention=modeling_llama.LlamaAttention,
         rotary=modeling_llama.LlamaRotaryEmbedding,
+        apply_rotary_pos_emb=modeling_llama.apply_rotary_pos_emb,
     ),
     set(),
 )
@@ -113,6 +122,7 @@ MISTRAL = eager_target(
         config=lambda spec: MistralConfig(**sizes(spec), sliding_window=spec.window),
         attention=modeling_mistral.MistralAttention,
         rotary=modeling_mistral.MistralRotaryEmbedding,
+        apply_rotary_pos_emb=modeling_mistral.apply_rotary_pos_emb,
     ),
     {"window"},
 )
@@ -129,6 +139,7 @@ GPTOSS = eager_target(
         ),
         attention=modeling_gpt_oss.GptOssAttention,
         rotary=modeling_gpt_oss.GptOssRotaryEmbedding,
+        apply_rotary_pos_emb=modeling_gpt_oss.apply_rotary_pos_emb,
     ),
     {"window", "sinks"},
 )

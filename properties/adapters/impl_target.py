@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
+from impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
 from properties.hypothesis_helpers import randomize_
 from properties.targets import CAPABILITIES, Layer, LayerSpec, Target
 from specs.oracle import split_w_qkv
@@ -33,6 +33,10 @@ def layer(spec: LayerSpec) -> Layer:
     )
 
 
+def rope(x, positions, base=10000.0):
+    return apply_rope(x, positions, base=base)
+
+
 TARGET = Target(
-    "impl", scaled_dot_product_attention, frozenset(CAPABILITIES), "attnspec's impl/", layer=layer
+    "impl", scaled_dot_product_attention, frozenset(CAPABILITIES), "attnspec's impl/", layer=layer, rope=rope
 )

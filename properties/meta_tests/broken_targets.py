@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
 import torch.nn.functional as F
 
 from properties.adapters import impl_target
@@ -34,15 +35,26 @@ def top_left(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
     return attention(q, k, v, causal=causal, window=window, sinks=sinks, scale=scale)
 
 
+def half_split_order(d: int) -> list[int]:
+    """Feature 2i of an interleaved layout is feature i of the half-split one, 2i+1 is i + d/2."""
+    return [f // 2 + (d // 2 if f % 2 else 0) for f in range(d)]
+
+
+def interleaved_rope(x, positions, base=10000.0):
+    """Rotates the pairs (x_2i, x_2i+1): impl's RoPE on the features laid out half-split."""
+    order = torch.tensor(half_split_order(x.shape[-1]), device=x.device)
+    half_split = torch.empty_like(x)
+    half_split[..., order] = x
+    return impl_target.rope(half_split, positions, base)[..., order]
+
+
 def interleaved_rope_layer(spec: LayerSpec) -> Layer:
     """A layer that rotates the pairs (x_2i, x_2i+1): impl's block (half-split pairs) whose reported
     q and k rows are permuted per head so that feature 2i is the block's i and 2i+1 its i + d/2."""
     built = impl_target.layer(spec)
-    d, half = spec.head_dim, spec.head_dim // 2
-    within = [i // 2 + (half if i % 2 else 0) for i in range(d)]  # 2i -> i, 2i+1 -> i + d/2
 
     def rows(n_heads: int) -> list[int]:
-        return [head * d + j for head in range(n_heads) for j in within]
+        return [head * spec.head_dim + j for head in range(n_heads) for j in half_split_order(spec.head_dim)]
 
     return replace(built, wq=built.wq[rows(spec.n_heads)], wk=built.wk[rows(spec.n_kv_heads)])
 
@@ -51,5 +63,8 @@ INCLUSIVE_WINDOW = replace(TARGET, attention=inclusive_window)
 TILED_GQA = replace(TARGET, attention=tiled_gqa)
 TOP_LEFT = replace(TARGET, attention=top_left)
 INTERLEAVED_ROPE = replace(
-    TARGET, capabilities=TARGET.capabilities | {"layer", "offset"}, layer=interleaved_rope_layer
+    TARGET,
+    capabilities=TARGET.capabilities | {"layer", "offset", "rope"},
+    layer=interleaved_rope_layer,
+    rope=interleaved_rope,
 )

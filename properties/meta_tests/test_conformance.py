@@ -39,7 +39,7 @@ def test_the_torch_adapter_passes_every_property_it_can_run():
     ],
 )
 def test_a_target_with_another_convention_fails_with_a_message_that_names_it(broken, convention):
-    oracle_properties = "test_matches_the_oracle or test_layer_matches_the_oracle_layer"
+    oracle_properties = "test_matches_the_oracle or test_layer_matches_the_oracle_layer or test_rope_matches"
     done = run_properties(f"properties.meta_tests.broken_targets:{broken}", "-k", oracle_properties)
     assert done.returncode == 1, done.stdout[-3000:]
     assert f"convention mismatch: the target follows {convention}" in done.stdout, done.stdout[-3000:]
