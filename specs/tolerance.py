@@ -2,7 +2,11 @@
 
     max|out - golden| <= FUDGE * max|ref_lowp - golden| + FLOOR[dtype] * max(1, max|golden|)
 
-golden is the oracle in float64, ref_lowp the oracle run in the tested dtype.
+golden is the oracle in float64, ref_lowp the oracle run in the tested dtype.  In the RoPE and
+layer properties that any target runs (test_rope.py, test_attention_layer.py), ref_lowp builds
+its angle table in the tested dtype too (rope_oracle's angles_in_dtype), as transformers and
+gpt-oss do in float32; impl's own RoPE forms (test_positions.py) and block (BLOCK-1) are held to
+exact angles.
 """
 
 from __future__ import annotations
