@@ -9,7 +9,7 @@ impl's own AttentionBlock is the "impl" target's layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -34,7 +34,7 @@ class LayerCase:
 
     def build(self, device: torch.device) -> tuple[Layer, torch.Tensor]:
         """The target's layer on ``device`` and an input (B, T, D) of unit scale."""
-        spec = LayerSpec(**{**self.spec.__dict__, "device": device})
+        spec = replace(self.spec, device=device)
         x = seeded_randn(spec.seed + 1, self.batch, self.seq, spec.d_model, device=device, dtype=spec.dtype)
         return TARGET.layer(spec), x
 
