@@ -56,6 +56,7 @@ class AttnCase:
 
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
+head_dims = st.integers(1, 8).map(lambda half: 2 * half)  # even: RoPE pairs features
 
 
 def seeded_randn(

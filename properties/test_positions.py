@@ -24,7 +24,7 @@ from impl import (
     rope_cos_sin,
     sinusoidal_positional_encoding,
 )
-from properties.hypothesis_helpers import block_cases, randomize_, seeded_randn, seeds
+from properties.hypothesis_helpers import block_cases, head_dims, randomize_, seeded_randn, seeds
 from properties.pytest_helpers import (
     assert_close,
     assert_exactly_equal,
@@ -37,13 +37,7 @@ from specs.oracle import rope_oracle, sinusoidal_oracle
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")
 
-head_dims = st.integers(1, 8).map(lambda half: 2 * half)
-positions_st = st.integers(0, 2048)
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
-
-
-def _rope_at(x: torch.Tensor, positions: list[int]) -> torch.Tensor:
-    return apply_rope(x, torch.tensor(positions, device=x.device))
 
 
 # --------------------------------------------------------------------------- ROPE-1

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.hypothesis_helpers import full_precision, precise_dtype, seeded_randn, seeds
+from properties.hypothesis_helpers import full_precision, head_dims, precise_dtype, seeded_randn, seeds
 from properties.pytest_helpers import (
     assert_close,
     assert_exactly_equal,
@@ -26,7 +26,6 @@ from specs.oracle import rope_oracle
 TARGET = current()
 pytestmark = pytest.mark.needs("rope")
 
-head_dims = st.integers(1, 8).map(lambda half: 2 * half)
 positions_st = st.integers(0, 2048)
 bases = st.sampled_from([10000.0, 10.0, 500000.0])
 dtypes = st.sampled_from(full_precision())
