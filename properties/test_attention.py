@@ -35,9 +35,8 @@ from properties.pytest_helpers import (
     assert_exactly_equal,
     assert_exactly_zero,
     assert_golden,
-    dot_products,
-    sink_probability,
 )
+from properties.references import dot_products, sink_probability
 from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
 

@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 
 from impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
 from properties.hypothesis_helpers import BlockCase, block_cases, noise_like, randomize_
-from properties.pytest_helpers import (
-    assert_close,
-    assert_exactly_equal,
-    assert_exactly_zero,
-    assert_golden,
-    block_oracle,
-    ffn_width,
-    message_names,
-    mlp_oracle,
-)
+from properties.messages import message_names
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_exactly_zero, assert_golden
+from properties.references import block_oracle, ffn_width, mlp_oracle
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py), and
 # only on impl/ itself (--impl impl).

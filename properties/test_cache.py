@@ -24,15 +24,9 @@ from properties.hypothesis_helpers import (
     seeded_randn,
     split_sequence,
 )
-from properties.pytest_helpers import (
-    assert_exactly_equal,
-    assert_golden,
-    block_oracle,
-    message_names,
-    mlp_oracle,
-    scheduled_window,
-    stack_oracle,
-)
+from properties.messages import message_names
+from properties.pytest_helpers import assert_exactly_equal, assert_golden
+from properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
 from specs.oracle import block_qkv_oracle, cache_positions_oracle
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py), and

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import attn_cases
-from properties.pytest_helpers import assert_exactly_equal, mentions_all, names, names_value
+from properties.messages import mentions_all, names, names_value
+from properties.pytest_helpers import assert_exactly_equal
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")

@@ -24,7 +24,8 @@ from properties.hypothesis_helpers import (
     precise_dtype,
     seeds,
 )
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, sink_probability
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from properties.references import sink_probability
 from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
 

@@ -10,7 +10,8 @@ from torch.func import functional_call
 
 from impl import FeedForward, RMSNorm, apply_rope, default_ffn_hidden, merge_heads, split_heads
 from properties.hypothesis_helpers import low_precision_dtypes, randomize_, seeded_randn, seeds
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, message_names
+from properties.messages import message_names
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
 from specs.oracle import ffn_oracle, rms_norm_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from impl import additive_mask, attention_mask, layer_window
 from properties.hypothesis_helpers import seeds
-from properties.pytest_helpers import assert_exactly_equal, names_value
+from properties.messages import names_value
+from properties.pytest_helpers import assert_exactly_equal
 from specs.oracle import mask_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.

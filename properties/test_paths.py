@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import impl.attention
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import FULL_PRECISION, AttnCase, attn_cases
-from properties.pytest_helpers import assert_close, recorded_calls
+from properties.patching import recorded_calls
+from properties.pytest_helpers import assert_close
 from specs.oracle import visible_keys
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.

@@ -25,13 +25,9 @@ from impl import (
     sinusoidal_positional_encoding,
 )
 from properties.hypothesis_helpers import block_cases, head_dims, randomize_, seeded_randn, seeds
-from properties.pytest_helpers import (
-    assert_close,
-    assert_exactly_equal,
-    assert_golden,
-    block_oracle,
-    message_names,
-)
+from properties.messages import message_names
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from properties.references import block_oracle
 from specs.oracle import rope_oracle, sinusoidal_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.

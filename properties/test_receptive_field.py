@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from impl import TransformerStack
 from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
-from properties.pytest_helpers import assert_exactly_equal, dependency_matrix
+from properties.pytest_helpers import assert_exactly_equal
+from properties.references import dependency_matrix
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py), and
 # only on impl/ itself (--impl impl).

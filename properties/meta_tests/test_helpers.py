@@ -8,12 +8,8 @@ import torch
 from hypothesis import given
 
 from properties.hypothesis_helpers import AttnCase, attn_cases
-from properties.pytest_helpers import (
-    assert_exactly_equal,
-    assert_exactly_zero,
-    assert_golden,
-    dependency_matrix,
-)
+from properties.pytest_helpers import assert_exactly_equal, assert_exactly_zero, assert_golden
+from properties.references import dependency_matrix
 
 
 def test_exactly_equal_rejects_one_ulp():
