@@ -10,6 +10,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from properties import targets
+from properties.patching import recorded_calls
 from specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -125,3 +126,25 @@ def attention_path(request: pytest.FixtureRequest):
     impl.attention.QUERY_TILE = ATTENTION_PATHS[request.param]
     yield request.param
     impl.attention.QUERY_TILE = saved
+
+
+@pytest.fixture(autouse=True)
+def tiled_path_taken(request: pytest.FixtureRequest):
+    """A test that claims the tiled path must take it: it fails when none of its examples reached
+    impl.attention.tiled_attention (a property that only reads weights, runs non-causal attention
+    or only has queries that see no key never does, and runs once instead)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("attention_path") != "tiled":
+        yield
+        return
+    import impl.attention
+
+    with recorded_calls(impl.attention, "tiled_attention", lambda *args, **kwargs: None) as calls:
+        yield
+    if not calls:
+        pytest.fail(
+            f"{request.node.nodeid} claims the tiled path (the attention_path fixture) but no example "
+            f"took it: draw causal cases with Tq > {ATTENTION_PATHS['tiled']} and Tq <= Tk, or drop the "
+            "claim",
+            pytrace=False,
+        )

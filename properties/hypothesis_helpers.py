@@ -80,13 +80,11 @@ def attn_cases(
     windows: bool = True,
     sinks: bool = True,
     self_attention: bool = False,
-    distinct: bool = False,
     min_tq: int = 1,
 ) -> AttnCase:
     """An attention problem with Tq <= Tk (decode-style when Tq < Tk), GQA groups, windows, sinks.
 
-    ``self_attention`` forces Tq == Tk; ``distinct`` forces B, Hq, Hkv, Tq, Tk, d, dv to
-    differ from one another where that is possible, so no shape coincidence hides a bug.
+    ``self_attention`` forces Tq == Tk.
     """
     n_kv_heads = draw(st.integers(1, 3))
     n_heads = n_kv_heads * draw(st.integers(1, 3))
@@ -95,19 +93,52 @@ def attn_cases(
     head_dim = draw(st.integers(1, 8))
     dv = draw(st.one_of(st.just(head_dim), st.integers(1, 8)))
     batch = draw(st.integers(1, 3))
-    if distinct:
-        dims = [batch, n_heads, n_kv_heads, tq, tk, head_dim, dv]
-        if len(set(dims)) != len(dims):
-            batch, n_kv_heads, n_heads, tq, tk, head_dim, dv = 2, 1, 3, 5, 7, 4, 6
-            if self_attention:
-                batch, n_kv_heads, n_heads, tq, tk, head_dim, dv = 2, 1, 3, 5, 5, 4, 6
+    sizes = (batch, n_heads, n_kv_heads, tq, tk, head_dim, dv)
+    return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks))
+
+
+def _with_switches(draw: st.DrawFn, *sizes: int, windows: bool, sinks: bool) -> AttnCase:
+    """The case of ``sizes`` (batch, Hq, Hkv, Tq, Tk, d, dv) with a window, sinks, magnitude and seed."""
+    tk = sizes[4]
     window = draw(st.one_of(st.none(), st.integers(1, tk + 2))) if windows else None
     use_sinks = draw(st.booleans()) if sinks else False
     magnitude = draw(st.sampled_from([1.0, 0.1, 3.0]))
-    case = AttnCase(
-        batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds), magnitude
-    )
-    return fit_to_target(case)
+    return AttnCase(*sizes, window, use_sinks, draw(seeds), magnitude)
+
+
+def _unused(draw: st.DrawFn, low: int, high: int, used: set[int]) -> int:
+    """A value of low..high that is not in ``used`` (which it joins); the range is wider than ``used``."""
+    value = draw(st.sampled_from([n for n in range(low, high + 1) if n not in used]))
+    used.add(value)
+    return value
+
+
+@st.composite
+def distinct_attn_cases(draw: st.DrawFn, *, windows: bool = True, sinks: bool = True) -> AttnCase:
+    """An attention problem whose sizes B, Hq, Hkv, Tq, Tk, d, dv all differ, so that no shape
+    coincidence hides a confused axis, as far as the target lets them differ (Hq = Hkv without
+    "gqa", Tq = Tk without "decode", dv = d without "value_dim").  Tq < Tk, or Tq > Tk (queries
+    that see no key) for a target with "blind".  Each size is drawn from the values the others left
+    free, so nothing is rejected."""
+    target = current()
+    used: set[int] = set()
+    n_kv_heads = _unused(draw, 1, 3, used)
+    n_heads = n_kv_heads * (draw(st.integers(2, 3)) if target.supports("gqa") else 1)
+    used.add(n_heads)
+    batch = _unused(draw, 1, 4, used)
+    head_dim = _unused(draw, 1, 8, used)
+    dv = _unused(draw, 1, 8, used) if target.supports("value_dim") else head_dim
+    blind = target.supports("blind") and draw(st.booleans())
+    if not target.supports("decode"):
+        tq = tk = _unused(draw, 1, 9, used)
+    elif blind:
+        tk = _unused(draw, 1, 9, used)
+        tq = _unused(draw, tk + 1, tk + 8, used)
+    else:
+        tq = _unused(draw, 1, 9, used)
+        tk = _unused(draw, tq + 1, tq + 8, used)
+    sizes = (batch, n_heads, n_kv_heads, tq, tk, head_dim, dv)
+    return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks))
 
 
 def fit_to_target(case: AttnCase) -> AttnCase:
@@ -123,6 +154,14 @@ def fit_to_target(case: AttnCase) -> AttnCase:
         window=case.window if target.supports("window") else None,
         use_sinks=case.use_sinks and target.supports("sinks"),
     )
+
+
+def spanning_tiles() -> AttnCase:
+    """A causal problem whose 8 queries span three tiles of impl's tiled path as the properties run it
+    (tiles of 3 queries, the last one ragged) over 10 keys, with GQA, a window, sinks and no two sizes
+    alike, fitted to the target: an explicit example for properties that must take that path in
+    every profile."""
+    return fit_to_target(AttnCase(1, 6, 2, 8, 10, 4, 3, 4, True, seed=11))
 
 
 def causal_flags() -> st.SearchStrategy[bool]:

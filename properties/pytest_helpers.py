@@ -13,7 +13,7 @@ from properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
-from specs.tolerance import golden_bound
+from specs.tolerance import golden_bound, rounded_once_bound
 
 
 def _where(diff: torch.Tensor) -> str:
@@ -65,22 +65,41 @@ def assert_golden(out: torch.Tensor, golden: torch.Tensor, ref_lowp: torch.Tenso
         )
 
 
+def assert_rounded_once(out: torch.Tensor, golden: torch.Tensor, ref32: torch.Tensor, what: str) -> None:
+    """A half-precision ``out`` is the float32 result rounded once to its dtype: every entry within
+    half an ulp of that dtype plus the float32 bound (specs.tolerance.rounded_once_bound)."""
+    assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != golden {tuple(golden.shape)}"
+    bound = rounded_once_bound(golden, ref32, out.dtype)
+    err = (out.detach().cpu().double() - golden.detach().cpu().double()).abs()
+    over = (err - bound).nan_to_num(nan=float("inf"))
+    if bool((over <= 0).all()):
+        return
+    idx = tuple(torch.nonzero(over == over.max())[0].tolist())
+    float32_err = (ref32[idx].double() - golden[idx].double()).abs().item()
+    raise AssertionError(
+        f"{what}: not the float32 result rounded once to {out.dtype}: {int((over > 0).sum())} of "
+        f"{over.numel()} entries exceed half an ulp plus the float32 bound; at index {idx} "
+        f"out = {out[idx].item():.6g}, golden = {golden[idx].item():.6g}, |diff| = {err[idx].item():.3e} "
+        f"> {bound[idx].item():.3e} (the oracle in float32 is off by {float32_err:.3e} there)"
+    )
+
+
 def assert_attention_golden(out, golden, ref_lowp, what: str, q, k, v, **conventions) -> None:
     """assert_golden for an attention output; when it fails and the output follows another
     legitimate convention (convention_mismatch), the message says so first."""
-    mismatch = functools.partial(convention_mismatch, out, q, k, v, **conventions)
+    mismatch = functools.partial(convention_mismatch, out, golden, q, k, v, **conventions)
     _golden_or_convention(out, golden, ref_lowp, what, mismatch)
 
 
 def assert_layer_golden(out, golden, ref_lowp, what: str, x, **layer) -> None:
     """assert_attention_golden for a whole attention layer (layer_convention_mismatch)."""
-    mismatch = functools.partial(layer_convention_mismatch, out, x, **layer)
+    mismatch = functools.partial(layer_convention_mismatch, out, golden, x, **layer)
     _golden_or_convention(out, golden, ref_lowp, what, mismatch)
 
 
 def assert_rope_golden(out, golden, ref_lowp, what: str, x, positions: list[int], base: float) -> None:
     """assert_attention_golden for a rotary embedding (rope_convention_mismatch)."""
-    mismatch = functools.partial(rope_convention_mismatch, out, x, positions, base)
+    mismatch = functools.partial(rope_convention_mismatch, out, golden, x, positions, base)
     _golden_or_convention(out, golden, ref_lowp, what, mismatch)
 
 

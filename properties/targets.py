@@ -46,7 +46,7 @@ CAPABILITIES = {
     "non_causal": "causal=False",
     "scale": "an explicit scale instead of 1/sqrt(d)",
     "float64": "float64 inputs computed in float64 throughout (no float32 softmax or RoPE angles)",
-    "float16": "fp16/bf16 inputs scored in float32",
+    "float16": "fp16/bf16 inputs scored and normalised in float32, the result rounded once to their dtype",
     "rope": "the rotary embedding on its own (rope(x, positions, base))",
     "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
@@ -127,6 +127,15 @@ class Target:
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
+
+    def outputs(self, q, k, v, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(output, weights): the output of a plain call, and the weights of a return_weights call
+        (None without "weights").  Two calls, because a target may take another path when it need
+        not return weights: impl tiles long causal attention only then."""
+        out = self.attention(q, k, v, **kwargs)
+        if not self.supports("weights"):
+            return out, None
+        return out, self.attention(q, k, v, return_weights=True, **kwargs)[1]
 
 
 def as_target(name: str, obj: object) -> Target:

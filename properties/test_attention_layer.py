@@ -4,6 +4,8 @@ The target builds a layer from a LayerSpec (properties/targets.py) and reports i
 the oracle layer built from those parameters must agree with it (LAYER-1), naming the convention
 when the layer follows another one (interleaved RoPE pairs, a window of W+-1, tile-style GQA).
 Causality (BLOCK-3) and the shift invariance that RoPE gives (ROPE-4) hold for every layer.
+Each property draws the layer's dtype from every dtype the target declares: float32, float64
+with "float64", fp16/bf16 with "float16" where they run on the device (float_dtypes).
 impl's own AttentionBlock is the "impl" target's layer.
 """
 
@@ -16,7 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.hypothesis_helpers import noise_like, seeded_randn, seeds
+from properties.hypothesis_helpers import float_dtypes, noise_like, seeded_randn, seeds
 from properties.pytest_helpers import assert_exactly_equal, assert_layer_golden, assert_shift_invariant
 from properties.targets import Layer, LayerSpec, current
 from specs.oracle import attention_layer_oracle
@@ -33,20 +35,23 @@ class LayerCase:
     offset: int
 
     def build(self, device: torch.device) -> tuple[Layer, torch.Tensor]:
-        """The target's layer on ``device`` and an input (B, T, D) of unit scale."""
+        """The target's layer on ``device`` in the spec's dtype and an input (B, T, D) of unit scale."""
         spec = replace(self.spec, device=device)
         x = seeded_randn(spec.seed + 1, self.batch, self.seq, spec.d_model, device=device, dtype=spec.dtype)
         return TARGET.layer(spec), x
 
 
 @st.composite
-def layer_cases(draw: st.DrawFn, max_seq: int = 10) -> LayerCase:
+def layer_cases(
+    draw: st.DrawFn, dtypes: tuple[torch.dtype, ...], min_seq: int = 1, max_seq: int = 10
+) -> LayerCase:
     """A tiny layer within the target's capabilities: GQA groups, a window, sinks, a RoPE base
-    away from 10000 (head_dim >= 4 makes it matter), and a position offset.  D is a multiple of
-    Hq (transformers' configs insist) but drawn apart from Hq * d."""
+    away from 10000 (head_dim >= 4 makes it matter), a position offset, and one of ``dtypes``
+    (float_dtypes(device): the test draws the case, since only it sees the device).  D is a
+    multiple of Hq (transformers' configs insist) but drawn apart from Hq * d."""
     n_kv_heads = draw(st.integers(1, 2))
     group = draw(st.integers(1, 3)) if TARGET.supports("gqa") else 1
-    seq = draw(st.integers(1, max_seq))
+    seq = draw(st.integers(min_seq, max_seq))
     spec = LayerSpec(
         d_model=n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6])),
         n_heads=n_kv_heads * group,
@@ -56,6 +61,7 @@ def layer_cases(draw: st.DrawFn, max_seq: int = 10) -> LayerCase:
         sinks=draw(st.booleans()) if TARGET.supports("sinks") else False,
         base=draw(st.sampled_from([10000.0, 10.0, 500000.0])),
         seed=draw(seeds),
+        dtype=draw(st.sampled_from(dtypes)),
     )
     offset = draw(st.integers(0, 64)) if TARGET.supports("offset") else 0
     return LayerCase(spec, draw(st.integers(1, 2)), seq, offset)
@@ -101,8 +107,9 @@ def check_spec(layer: Layer, spec: LayerSpec) -> None:
 
 
 @pytest.mark.req("LAYER-1", "BLOCK-4")
-@given(case=layer_cases())
-def test_layer_matches_the_oracle_layer(device, case):
+@given(data=st.data())
+def test_layer_matches_the_oracle_layer(device, data):
+    case = data.draw(layer_cases(float_dtypes(device)), label="case")
     layer, x = case.build(device)
     check_spec(layer, case.spec)
     with torch.no_grad():
@@ -118,8 +125,9 @@ def test_layer_matches_the_oracle_layer(device, case):
 
 
 @pytest.mark.req("BLOCK-3")
-@given(case=layer_cases().filter(lambda c: c.seq >= 2), data=st.data())
-def test_future_tokens_never_change_earlier_layer_outputs(device, case, data):
+@given(data=st.data())
+def test_future_tokens_never_change_earlier_layer_outputs(device, data):
+    case = data.draw(layer_cases(float_dtypes(device), min_seq=2), label="case")
     t = data.draw(st.integers(0, case.seq - 2), label="t")
     layer, x = case.build(device)
     x_new = x.clone()
@@ -135,8 +143,9 @@ def test_future_tokens_never_change_earlier_layer_outputs(device, case, data):
 
 @pytest.mark.req("ROPE-4")
 @pytest.mark.needs("offset")
-@given(case=layer_cases(), shift=st.integers(1, 64))
-def test_shifting_every_position_leaves_the_layer_output_unchanged(device, case, shift):
+@given(data=st.data(), shift=st.integers(1, 64))
+def test_shifting_every_position_leaves_the_layer_output_unchanged(device, data, shift):
+    case = data.draw(layer_cases(float_dtypes(device)), label="case")
     layer, x = case.build(device)
     with torch.no_grad():
         out, shifted = layer.forward(x, case.offset), layer.forward(x, case.offset + shift)

@@ -19,9 +19,11 @@ from properties.messages import message_names
 from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_exactly_zero, assert_golden
 from properties.references import block_oracle, ffn_width, mlp_oracle
 
-# Every property here runs on each attention path (explicit and tiled; see conftest.py), and
-# only on impl/ itself (--impl impl).
-pytestmark = [pytest.mark.usefixtures("attention_path"), pytest.mark.needs("impl")]
+# These properties check impl/ beyond the attention core: they run only with --impl impl.  Those that
+# run causal attention over more than one tile's queries run on each attention path (explicit and
+# tiled; see conftest.py); the checks of configurations, errors and MLP blocks run once.
+pytestmark = pytest.mark.needs("impl")
+both_paths = pytest.mark.usefixtures("attention_path")
 
 float_dtypes = st.sampled_from([torch.float64, torch.float32])
 MODULE_KINDS = ("attention", "transformer", "stack")
@@ -74,6 +76,7 @@ _WIDTH_CASE = replace(
 
 
 @pytest.mark.req("BLOCK-1")
+@both_paths
 @given(
     case=block_cases(),
     layer_idx=st.integers(0, 3),
@@ -133,6 +136,7 @@ def test_config_ffn_width_and_activation_reach_the_mlp_block(activation, ffn_hid
 
 
 @pytest.mark.req("BLOCK-1")
+@both_paths
 @given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.sampled_from([0, 3]), dtype=float_dtypes)
 @example(case=_EPS_BASE_CASE, layer_idx=0, offset=0, dtype=torch.float64)
 def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset, dtype):
@@ -151,6 +155,7 @@ def test_transformer_block_is_attention_then_mlp(device, case, layer_idx, offset
 
 
 @pytest.mark.req("BLOCK-2")
+@both_paths
 @given(case=block_cases(), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes)
 def test_zeroed_out_projection_makes_the_attention_block_the_identity(device, case, layer_idx, offset, dtype):
     block = case.module("attention", layer_idx, device, dtype)
@@ -174,6 +179,7 @@ def test_zeroed_ffn_output_weights_make_the_mlp_block_the_identity(device, case,
 
 
 @pytest.mark.req("BLOCK-3")
+@both_paths
 @pytest.mark.parametrize("kind", MODULE_KINDS)
 @given(
     case=block_cases().filter(lambda c: c.seq >= 2),
@@ -199,6 +205,7 @@ def test_future_tokens_never_change_earlier_outputs(device, kind, case, layer_id
 
 
 @pytest.mark.req("BLOCK-4")
+@both_paths
 @given(case=block_cases(), layer_idx=st.integers(0, 3), offset=st.integers(0, 20), dtype=float_dtypes)
 def test_every_block_maps_btd_to_btd(device, case, layer_idx, offset, dtype):
     assume(case.seq != case.d_model and case.n_heads != case.n_kv_heads)
@@ -234,6 +241,7 @@ def test_sinks_are_zero_initialised_per_head_parameters(device, case, layer_idx)
 
 
 @pytest.mark.req("BLOCK-5")
+@both_paths
 @given(case=block_cases(sinks=True), layer_idx=st.integers(0, 1), data=st.data())
 def test_block_sinks_reach_the_softmax(device, case, layer_idx, data):
     """A large sink on one head changes the output; huge sinks on every head silence attention."""
@@ -250,6 +258,7 @@ def test_block_sinks_reach_the_softmax(device, case, layer_idx, data):
 
 
 @pytest.mark.req("BLOCK-5", "SINK-1")
+@both_paths
 @given(
     case=block_cases(sinks=True), layer_idx=st.integers(0, 1), offset=st.integers(0, 20), dtype=float_dtypes
 )
@@ -359,6 +368,16 @@ def test_model_config_rejects_non_positive_sizes(name, value):
         ModelConfig(**{**VALID, name: value})
 
 
+@pytest.mark.req("ERR-2")
+@pytest.mark.parametrize("value", [1.5, 2.0, True, False, "3", [2]], ids=repr)
+def test_model_config_rejects_a_window_of_the_wrong_type(value):
+    """A window of the wrong type is a TypeError at construction, not at the first forward pass:
+    a bool is not a window (True would pass as 1), nor is a float or a string, however integral.
+    The message names the field, the value's type and the value."""
+    with pytest.raises(TypeError, match=message_names("window", type(value).__name__, repr(value))):
+        ModelConfig(**{**VALID, "window": value})
+
+
 @pytest.mark.req("ERR-2", "BLOCK-4")
 @pytest.mark.parametrize("kind", MODULE_KINDS)
 @pytest.mark.parametrize("shape", [(5, 8), (1, 5, 9), (1, 5, 7), (1, 5, 8, 1), (8,)])
@@ -388,6 +407,7 @@ def test_window_sits_on_even_layers_under_the_default_schedule(window, n_layers)
 
 
 @pytest.mark.req("MASK-4")
+@both_paths
 @given(case=block_cases(), window=st.integers(1, 3), data=st.data())
 def test_a_block_built_without_a_layer_index_is_layer_0(device, case, window, data):
     """AttentionBlock(cfg) and TransformerBlock(cfg) behave exactly as layer 0 (windowed under
@@ -409,6 +429,7 @@ def test_a_block_built_without_a_layer_index_is_layer_0(device, case, window, da
 
 
 @pytest.mark.req("MASK-4", "MASK-2")
+@both_paths
 @given(case=block_cases(), window=st.integers(1, 4), data=st.data(), dtype=float_dtypes)
 def test_only_even_layers_forget_tokens_older_than_the_window(device, case, window, data, dtype):
     """Change tokens 0..p: an even layer's output at t >= p+W is untouched, an odd layer's is not."""

@@ -29,9 +29,11 @@ from properties.pytest_helpers import assert_exactly_equal, assert_golden
 from properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
 from specs.oracle import block_qkv_oracle, cache_positions_oracle
 
-# Every property here runs on each attention path (explicit and tiled; see conftest.py), and
-# only on impl/ itself (--impl impl).
-pytestmark = [pytest.mark.usefixtures("attention_path"), pytest.mark.needs("impl")]
+# These properties check impl/ beyond the attention core: they run only with --impl impl.  Those that
+# run causal attention over more than one tile's queries run on each attention path (explicit and
+# tiled; see conftest.py); the checks of configurations, errors and MLP blocks run once.
+pytestmark = pytest.mark.needs("impl")
+both_paths = pytest.mark.usefixtures("attention_path")
 
 float_dtypes = st.sampled_from(FULL_PRECISION)
 KINDS = ("attention", "transformer", "stack")
@@ -88,6 +90,7 @@ def layer_caches(cache) -> list[KVCache]:
 
 
 @pytest.mark.req("CACHE-1")
+@both_paths
 @given(
     kind=st.sampled_from(KINDS),
     case=block_cases(max_seq=14),
@@ -119,6 +122,7 @@ def test_decoding_in_chunks_equals_one_pass_over_the_whole_sequence(
 
 
 @pytest.mark.req("CACHE-1")
+@both_paths
 @given(case=block_cases(max_seq=8), prompt=st.integers(1, 8), dtype=float_dtypes)
 def test_stack_prefill_is_a_forward_pass_that_fills_one_cache_per_layer(device, case, prompt, dtype):
     """stack.prefill(prompt) returns the plain forward pass and caches that decode on correctly."""
@@ -140,6 +144,7 @@ def test_stack_prefill_is_a_forward_pass_that_fills_one_cache_per_layer(device, 
 
 
 @pytest.mark.req("CACHE-2")
+@both_paths
 @given(
     case=block_cases(max_seq=14),
     layer_idx=st.integers(0, 1),
@@ -193,22 +198,25 @@ def test_cache_holds_the_last_w_positions_rotated_by_their_absolute_position(
 
 
 @pytest.mark.req("CACHE-3")
+@both_paths
 @given(
     kind=st.sampled_from(KINDS),
     case=block_cases(max_seq=12),
     layer_idx=st.integers(0, 1),
     sizes=chunk_lists,
-    split=st.integers(1, 11),
+    cut=st.integers(1, 11),
 )
-@example(kind="stack", case=_STREAM, layer_idx=0, sizes=[1], split=5)
-def test_later_tokens_never_change_what_decoding_returned(device, kind, case, layer_idx, sizes, split):
+@example(kind="stack", case=_STREAM, layer_idx=0, sizes=[1], cut=5)
+@example(kind="stack", case=_STREAM, layer_idx=0, sizes=[5, 3, 2], cut=6)  # cut inside chunk [5, 8)
+def test_later_tokens_never_change_what_decoding_returned(device, kind, case, layer_idx, sizes, cut):
     """Outputs already returned stay bitwise the same while decoding goes on, and a run whose
-    tokens after chunk ``split`` differ returns bitwise the same outputs up to there."""
+    tokens from position ``cut`` on differ (same chunks; ``cut`` may fall inside a chunk), once
+    decoded to the end, returned bitwise the same outputs at every position before ``cut``."""
+    assume(case.seq > 1)
+    cut = 1 + (cut - 1) % (case.seq - 1)  # a position in 1..seq-1, whatever seq was drawn
     module = case.module(kind, layer_idx, device, torch.float64)
     x = case.input(device, torch.float64)
     chunks = split_sequence(case.seq, sizes)
-    split = min(split, len(chunks))
-    cut = sum(chunks[:split])
     other = torch.cat([x[:, :cut], noise_like(x[:, cut:], case.seed + 7)], dim=1)
 
     cache = new_cache(kind, module, case.seq)
@@ -219,16 +227,20 @@ def test_later_tokens_never_change_what_decoding_returned(device, kind, case, la
             outs.append(module(x[:, start : start + size], start, cache))
             kept.append(outs[-1].clone())
             start += size
+    # Both runs decode the whole sequence, each with its own continuation, before any output is
+    # compared: the chunk that holds ``cut`` sees different tokens after it in each run.
     other_outs = decode(module, other, chunks, new_cache(kind, module, case.seq))
     for i, (out, copy) in enumerate(zip(outs, kept, strict=True)):
         assert_exactly_equal(out, copy, f"output of chunk {i} after decoding went on")
-    for i in range(split):
-        assert_exactly_equal(
-            other_outs[i], outs[i], f"chunk {i} with different tokens after chunk {split - 1}"
-        )
+    assert_exactly_equal(
+        torch.cat(other_outs, dim=1)[:, :cut],
+        torch.cat(outs, dim=1)[:, :cut],
+        f"positions 0..{cut - 1} (chunks {chunks}) with different tokens from position {cut} on",
+    )
 
 
 @pytest.mark.req("CACHE-3")
+@both_paths
 @given(kind=st.sampled_from(KINDS), case=block_cases(max_seq=10), sizes=chunk_lists, batch=st.integers(1, 3))
 def test_a_reset_cache_behaves_like_a_new_one(device, kind, case, sizes, batch):
     """Decode one sequence, reset, decode another (any batch size): bitwise what a new cache gives."""

@@ -1,4 +1,5 @@
-"""ERR-1: malformed inputs to the attention core raise ValueError or TypeError naming the argument.
+"""ERR-1: malformed inputs to the attention core raise ValueError or TypeError naming the argument
+and its value (the offending shape, dtype, type or number).
 
 Each property draws a valid problem, checks that it runs, then breaks one thing about it.
 """
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from impl import scaled_dot_product_attention as sdpa
 from properties.hypothesis_helpers import attn_cases
-from properties.messages import mentions_all, names, names_value
+from properties.messages import mentions_all, message_names, names, names_value
 from properties.pytest_helpers import assert_exactly_equal
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
@@ -73,7 +74,8 @@ def test_wrong_rank(case, name, rank, data, device):
     args = valid(case, device)
     shape = data.draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank), label="shape")
     args[name] = torch.randn(shape, device=device)
-    with pytest.raises(ERRORS, match=names(name)):
+    # The message names the argument and its value: the shape of the wrong rank, () included.
+    with pytest.raises(ERRORS, match=message_names(name, tuple(shape))):
         call(args)
 
 
@@ -81,10 +83,14 @@ def test_wrong_rank(case, name, rank, data, device):
 @given(case=small_cases, side=st.sampled_from(["q", "kv"]), extra=st.integers(1, 3))
 def test_batch_mismatch(case, side, extra, device):
     args = valid(case, device)
-    for name in ("q",) if side == "q" else ("k", "v"):
+    changed = ("q",) if side == "q" else ("k", "v")
+    for name in changed:
         args[name] = resized(args[name], 0, case.batch + extra)
-    with pytest.raises(ERRORS, match=mentions_all("(?i:batch)")):
+    with pytest.raises(ERRORS, match=mentions_all("(?i:batch)")) as info:
         call(args)
+    # Both sides that disagree, each named with its shape: q against k, and every resized tensor.
+    named = dict.fromkeys(("q", "k", *changed))
+    info.match(message_names(*(part for n in named for part in (n, tuple(args[n].shape)))))
 
 
 @pytest.mark.req("ERR-1")
@@ -95,7 +101,8 @@ def test_k_v_length_or_head_mismatch(case, name, dim, extra, device):
     # k and v must agree in (B, Hkv, Tk); change Tk (dim 2) or Hkv (dim 1) of one of them.
     args = valid(case, device)
     args[name] = resized(args[name], dim, args[name].shape[dim] + extra)
-    with pytest.raises(ERRORS, match=mentions_all(names("k"), names("v"))):
+    shapes = message_names("k", tuple(args["k"].shape), "v", tuple(args["v"].shape))
+    with pytest.raises(ERRORS, match=shapes):
         call(args)
 
 
@@ -104,7 +111,8 @@ def test_k_v_length_or_head_mismatch(case, name, dim, extra, device):
 def test_q_k_head_dim_mismatch(case, name, extra, device):
     args = valid(case, device)
     args[name] = resized(args[name], 3, case.head_dim + extra)
-    with pytest.raises(ERRORS, match=mentions_all(names("q"), names("k"), "head_dim")):
+    shapes = message_names("head_dim", "q", tuple(args["q"].shape), "k", tuple(args["k"].shape))
+    with pytest.raises(ERRORS, match=shapes):
         call(args)
 
 
@@ -135,7 +143,7 @@ def test_sinks_of_the_wrong_shape(case, data, device):
         label="sinks shape",
     )
     args["sinks"] = torch.zeros(shape, device=device)
-    with pytest.raises(ERRORS, match=names("sinks")):
+    with pytest.raises(ERRORS, match=message_names("sinks", tuple(shape))):
         call(args)
 
 
@@ -158,7 +166,7 @@ def test_sinks_not_a_tensor(case, kind, device):
 def test_non_floating_dtype(case, name, dtype, device):
     args = valid(case, device)
     args[name] = args[name].to(dtype)
-    with pytest.raises(ERRORS, match=names(name)):
+    with pytest.raises(ERRORS, match=message_names(name, str(dtype))):
         call(args)
 
 

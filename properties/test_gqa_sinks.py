@@ -30,9 +30,11 @@ from properties.targets import current
 from specs.oracle import attention_oracle, mask_oracle
 
 sdpa = current().attention  # the implementation under test (--impl; impl/ by default)
+attend = current().outputs  # (output of a plain call, weights of a return_weights call)
 PRECISE = precise_dtype()  # float64, or float32 for a target that computes through float32
 
-# Every property here runs on each attention path (explicit and tiled; see conftest.py).
+# Every property here runs on each attention path (explicit and tiled; see conftest.py): outputs come
+# from plain calls (impl tiles long causal attention), weights from return_weights calls.
 pytestmark = pytest.mark.usefixtures("attention_path")
 
 FLOAT_DTYPES = (*FULL_PRECISION, *LOW_PRECISION)
@@ -59,9 +61,9 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
 def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
     r = case.group
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
     k_mha, v_mha = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
-    out_mha, w_mha = sdpa(q, k_mha, v_mha, window=case.window, sinks=sinks, return_weights=True)
+    out_mha, w_mha = attend(q, k_mha, v_mha, window=case.window, sinks=sinks)
     what = f"Hq={case.n_heads}, Hkv={case.n_kv_heads}, W={case.window}, {dtype}"
     assert_close(out, out_mha, f"GQA output vs MHA on repeat_interleaved K/V ({what})")
     assert_close(w, w_mha, f"GQA weights vs MHA on repeat_interleaved K/V ({what})")
@@ -138,8 +140,8 @@ def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
 def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
     q, k, v, _ = case.make(device, dtype)
     sinks = torch.full((case.n_heads,), -math.inf, dtype=dtype, device=device)
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    plain_out, plain_w = sdpa(q, k, v, window=case.window, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    plain_out, plain_w = attend(q, k, v, window=case.window)
     assert not bool(torch.isnan(out).any()), "NaN with sinks of -inf"
     assert_close(out, plain_out, f"output with -inf sinks vs no sinks (W={case.window}, {dtype})")
     assert_close(w, plain_w, f"weights with -inf sinks vs no sinks (W={case.window}, {dtype})")
@@ -179,7 +181,7 @@ def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
     case = replace(case, use_sinks=True)
     q, k, v, _ = case.make(device, q_dtype)
     _, _, _, sinks = case.make(device, sinks_dtype)
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
     what = f"q/k/v {q_dtype}, sinks {sinks_dtype}, W={case.window}"
     assert out.dtype == q_dtype and w.dtype == q_dtype, f"output {out.dtype}, weights {w.dtype} ({what})"
     golden_out, golden_w = attention_oracle(q, k, v, window=case.window, sinks=sinks)
@@ -200,8 +202,8 @@ def test_sinks_held_in_another_dtype(case, q_dtype, sinks_dtype, device):
 def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
     case = replace(case, use_sinks=True)
     q, k, v, sinks = case.make(device, dtype)
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    plain_out, plain_w = sdpa(q, k, v, window=case.window, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    plain_out, plain_w = attend(q, k, v, window=case.window)
     allowed = mask_oracle(case.tq, case.tk, window=case.window)
     keep = (1 - sink_probability(q, k, sinks, allowed)).unsqueeze(-1).to(device)  # (B, Hq, Tq, 1)
     what = f"with sinks = sink-free * (1 - p_sink) (W={case.window}, {dtype})"
@@ -218,8 +220,8 @@ def test_raising_a_sink_lowers_that_heads_weights_only(case, delta, data, device
     q, k, v, sinks = case.make(device, PRECISE)
     raised = sinks.clone()
     raised[h] += delta
-    out, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    out2, w2 = sdpa(q, k, v, window=case.window, sinks=raised, return_weights=True)
+    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    out2, w2 = attend(q, k, v, window=case.window, sinks=raised)
 
     others = [i for i in range(case.n_heads) if i != h]
     assert_exactly_equal(w2[:, others], w[:, others], f"weights of heads {others} after raising sink {h}")

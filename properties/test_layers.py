@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from torch.func import functional_call
 
 from impl import FeedForward, RMSNorm, apply_rope, default_ffn_hidden, merge_heads, split_heads
-from properties.hypothesis_helpers import low_precision_dtypes, randomize_, seeded_randn, seeds
+from properties.hypothesis_helpers import LOW_PRECISION, low_precision_dtypes, randomize_, seeded_randn, seeds
 from properties.messages import message_names
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, assert_rounded_once
 from specs.oracle import ffn_oracle, rms_norm_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
@@ -177,6 +177,25 @@ def test_rms_norm_of_large_fp16_inputs_is_finite_and_accurate(device, dim, magni
     golden = rms_norm_oracle(x, norm.weight, eps)
     ref_lowp = rms_norm_oracle(x, norm.weight, eps, dtype=torch.float32).to(torch.float16)
     assert_golden(out, golden, ref_lowp, f"RMSNorm(eps={eps}) of fp16 inputs of size {magnitude}")
+
+
+@pytest.mark.req("NORM-1")
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 4)), dim=st.integers(1, 16), eps=norm_eps, seed=seeds
+)
+def test_rms_norm_of_half_inputs_is_the_float32_result_rounded_once(device, dtype, shape, dim, eps, seed):
+    """fp16 and bf16 inputs are normalised in float32 and rounded once to their dtype: a norm that
+    squares, averages or scales in bf16 passes the golden bound of the oracle run in bf16, not this."""
+    if dtype not in low_precision_dtypes(device):
+        pytest.skip(f"{dtype}: its arithmetic does not run on {device}")
+    norm = randomize_(RMSNorm(dim, eps=eps), seed).to(device=device, dtype=dtype)
+    x = seeded_randn(seed + 1, *shape, dim, device=device, dtype=dtype) * 3
+    with torch.no_grad():
+        out = norm(x)
+    golden = rms_norm_oracle(x, norm.weight, eps)  # float64 on the rounded inputs
+    f32 = rms_norm_oracle(x, norm.weight, eps, dtype=torch.float32)
+    assert_rounded_once(out, golden, f32, f"RMSNorm(dim={dim}, eps={eps}) of {dtype} inputs")
 
 
 @pytest.mark.req("NORM-1", "ERR-1")

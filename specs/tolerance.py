@@ -30,3 +30,21 @@ def golden_bound(golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtyp
     )
     scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
     return FUDGE * ref_err + FLOOR[dtype] * scale
+
+
+def rounded_once_bound(golden: torch.Tensor, ref32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The elementwise bound (float64, golden's shape) for a half-precision result that was computed
+    in float32 and rounded once to ``dtype``: half an ulp of ``dtype`` at the float32 result, plus the
+    float32 policy's bound for that result (ref32 is the oracle run in float32).
+
+        |out - golden| <= ulp_dtype(|golden| + b32) / 2 + b32,   b32 = golden_bound(golden, ref32, float32)
+
+    A result rounded to ``dtype`` at an intermediate step too (scores, the softmax, the norm) is off by
+    about one such rounding per step, which this does not allow."""
+    golden = golden.detach().cpu().to(torch.float64)
+    float32_bound = golden_bound(golden, ref32, torch.float32)
+    finfo = torch.finfo(dtype)
+    _, exponent = torch.frexp(golden.abs() + float32_bound)  # |x| in [2^(e-1), 2^e)
+    ulp = torch.ldexp(torch.full_like(golden, finfo.eps), exponent - 1)
+    ulp = ulp.clamp_min(finfo.tiny * finfo.eps)  # the spacing of the subnormals
+    return ulp / 2 + float32_bound

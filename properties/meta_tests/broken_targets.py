@@ -1,6 +1,7 @@
 """Deliberately broken copies of the torch adapter (and of impl's layer), each with another
 legitimate convention: the conformance kit must fail them and name the convention
-(meta_tests/test_conformance.py).
+(meta_tests/test_conformance.py).  FLOAT32_LAYER follows no other convention: it claims
+"float64" but computes its layer in float32, which only a float64 layer property can see.
 
     pytest properties --impl properties.meta_tests.broken_targets:INCLUSIVE_WINDOW
 """
@@ -59,6 +60,13 @@ def interleaved_rope_layer(spec: LayerSpec) -> Layer:
     return replace(built, wq=built.wq[rows(spec.n_heads)], wk=built.wk[rows(spec.n_kv_heads)])
 
 
+def float32_layer(spec: LayerSpec) -> Layer:
+    """impl's block built in float32 whatever ``spec.dtype``: the input is cast to float32 and the
+    output back, so a float64 layer returns float32 accuracy in a float64 tensor."""
+    built = impl_target.layer(replace(spec, dtype=torch.float32))
+    return replace(built, forward=lambda x, offset: built.forward(x.float(), offset).to(x.dtype))
+
+
 INCLUSIVE_WINDOW = replace(TARGET, attention=inclusive_window)
 TILED_GQA = replace(TARGET, attention=tiled_gqa)
 TOP_LEFT = replace(TARGET, attention=top_left)
@@ -67,4 +75,7 @@ INTERLEAVED_ROPE = replace(
     capabilities=TARGET.capabilities | {"layer", "offset", "rope"},
     layer=interleaved_rope_layer,
     rope=interleaved_rope,
+)
+FLOAT32_LAYER = replace(
+    TARGET, capabilities=TARGET.capabilities | {"float64", "layer", "offset"}, layer=float32_layer
 )
