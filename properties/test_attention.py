@@ -63,6 +63,14 @@ def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
         pytest.skip(f"{dtype}: its matmul does not run on {device}, or --impl {TARGET.name} lacks float16")
 
 
+def problem(case: AttnCase, dtype: torch.dtype, device: torch.device, causal: bool, scale: float | None):
+    """(q, k, v, keyword arguments of the call) for ``case`` in ``dtype``: no window without the
+    causal mask; skipped where the device or the target cannot run ``dtype``."""
+    require_dtype(dtype, device)
+    q, k, v, sinks = case.make(device, dtype)
+    return q, k, v, dict(causal=causal, window=case.window if causal else None, sinks=sinks, scale=scale)
+
+
 @st.composite
 def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
     """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
@@ -178,11 +186,7 @@ def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
     scale=scales(0.1, 2.0),
 )
 def test_matches_the_oracle(dtype, case, causal, scale, device):
-    require_dtype(dtype, device)
-    if not causal:
-        case = replace(case, window=None)
-    q, k, v, sinks = case.make(device, dtype)
-    kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
+    q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out, w = attend(q, k, v, **kwargs)
     golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 from the same (rounded) inputs
     if dtype == torch.float64:
@@ -190,7 +194,7 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
     else:
         ref_out, ref_w = attention_oracle(q, k, v, dtype=dtype, **kwargs)
     assert out.dtype == dtype, f"output dtype {out.dtype} for {dtype} inputs"
-    what = f"vs the oracle ({dtype}, causal={causal}, W={case.window}, scale={scale})"
+    what = f"vs the oracle ({dtype}, causal={causal}, W={kwargs['window']}, scale={scale})"
     assert_attention_golden(out, golden_out, ref_out, f"output {what}", q, k, v, **kwargs)
     if w is not None:
         assert_golden(w, golden_w, ref_w, f"weights {what}")
@@ -205,18 +209,14 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
 @example(case=spanning_tiles(), causal=True, scale=None)
 @given(case=attn_cases(), causal=causal_flags(), scale=scales(0.1, 2.0))
 def test_matches_torch_sdpa(dtype, case, causal, scale, device):
-    require_dtype(dtype, device)
-    if not causal:
-        case = replace(case, window=None)
-    q, k, v, sinks = case.make(device, dtype)
-    kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
+    q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out = sdpa(q, k, v, **kwargs)
-    up = [None if t is None else t.double() for t in (q, k, v, sinks)]
-    golden = torch_sdpa_reference(
-        up[0], up[1], up[2], causal=causal, window=case.window, sinks=up[3], scale=scale
-    )
+    sinks = kwargs["sinks"]
+    up = {**kwargs, "sinks": None if sinks is None else sinks.double()}
+    golden = torch_sdpa_reference(q.double(), k.double(), v.double(), **up)
     ref = golden if dtype == torch.float64 else torch_sdpa_reference(q, k, v, **kwargs)
-    assert_golden(out, golden, ref, f"output vs torch SDPA ({dtype}, causal={causal}, W={case.window})")
+    what = f"output vs torch SDPA ({dtype}, causal={causal}, W={kwargs['window']})"
+    assert_golden(out, golden, ref, what)
 
 
 # --- ATTN-6: the scale ------------------------------------------------------------------------
@@ -467,15 +467,11 @@ def test_half_precision_is_the_float32_result_rounded_once(dtype, case, causal, 
     # float32 computation on the half-precision inputs, rounded once to their dtype.  ATTN-4's bound
     # (4x the half-precision oracle's own error plus the dtype's floor) lets a softmax run in bf16
     # pass; half an ulp plus the float32 bound does not.
-    require_dtype(dtype, device)
-    if not causal:
-        case = replace(case, window=None)
-    q, k, v, sinks = case.make(device, dtype)
-    kwargs = dict(causal=causal, window=case.window, sinks=sinks, scale=scale)
+    q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out, w = attend(q, k, v, **kwargs)
     golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 on the rounded inputs
     f32_out, f32_w = attention_oracle(q, k, v, dtype=torch.float32, **kwargs)
-    what = f"({dtype}, causal={causal}, W={case.window}, sinks={sinks is not None}, scale={scale})"
+    what = f"({dtype}, causal={causal}, W={kwargs['window']}, sinks={case.use_sinks}, scale={scale})"
     assert_rounded_once(out, golden_out, f32_out, f"output {what}")
     if w is not None:
         assert_rounded_once(w, golden_w, f32_w, f"weights {what}")
