@@ -55,7 +55,7 @@ class KVCache:
     def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
         and return every key and value that one of these C queries may see, oldest first; the new
-        ones come last, so the queries sit bottom-right (DESIGN.md's alignment)."""
+        ones come last, so the queries sit bottom-right (CONVENTIONS.md's alignment)."""
         self.check(k, v, offset)
         if self.window is None:
             self.write(k, v)

@@ -1,7 +1,7 @@
 """Run one mutmut campaign in a fresh workspace outside the working tree.
 
 mutmut writes its working copy to ./mutants/ (a hard-coded name that is also this package's),
-and stale copies re-attach old results to new mutant numbers (DESIGN.md).  So every campaign:
+and stale copies re-attach old results to new mutant numbers.  So every campaign:
 
 1. copies impl/, specs/ and properties/ into a new temporary directory, with a generated
    pyproject.toml that configures mutmut and pytest for the campaign, plus three helpers from

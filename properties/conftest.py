@@ -17,7 +17,8 @@ _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, Hea
 settings.register_profile("default", max_examples=25, **_common)
 settings.register_profile("ci", max_examples=150, **_common)
 settings.register_profile("thorough", max_examples=1000, **_common)
-# Under mutmut: the same examples every run, no database, no shrinking (DESIGN.md).
+# Under mutmut: the same examples every run, no database, no shrinking: otherwise a campaign is slow
+# and a mutant can flip between killed and timeout.
 settings.register_profile(
     "mutation",
     max_examples=20,

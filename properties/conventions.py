@@ -94,4 +94,7 @@ def rope_convention_mismatch(
     return first_match(out, golden, candidates)
 
 
-CONVENTIONS = "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs (DESIGN.md)"
+CONVENTIONS = (
+    "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
+    "(CONVENTIONS.md in the attnspec repository)"
+)

@@ -88,7 +88,7 @@ class Layer:
 
     out = Wo . attn(RoPE(x' Wq^T + bq), RoPE(x' Wk^T + bk), x' Wv^T + bv) + bo, plus x when
     ``residual``; x' = RMSNorm(x) with ``norm_weight`` and ``eps`` when the layer has a pre-norm,
-    else x.  RoPE uses half-split pairs at positions offset.. (DESIGN.md), head i of each
+    else x.  RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md), head i of each
     projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits."""
 
     forward: Callable[[torch.Tensor, int], torch.Tensor]

@@ -1,6 +1,6 @@
 """Rotary embeddings of any target (--impl with the "rope" capability): ROPE-1, -2, -3.
 
-RoPE convention (DESIGN.md): feature i is paired with feature i + d/2 and the pair at
+RoPE convention (CONVENTIONS.md): feature i is paired with feature i + d/2 and the pair at
 position p is rotated by the angle p * base^(-2i/d).  The oracle in the tested dtype builds its
 angle table in that dtype too, as transformers and gpt-oss do (float32); impl's own forms (offset,
 2-D input, device, errors) are in test_positions.py, held to exact angles.

@@ -86,7 +86,7 @@ def rope_oracle(
     p * theta_i are computed one rounded step at a time in ``dtype`` (2i/d, the power, the
     reciprocal, the product), as an implementation that builds its angle table in that dtype does;
     the rounded exponent alone moves theta_i by up to ln(base) * 2i/d * eps / 2.
-    ``pairs="interleaved"`` rotates (x_2i, x_(2i+1)) instead: not attnspec's convention (DESIGN.md),
+    ``pairs="interleaved"`` rotates (x_2i, x_(2i+1)) instead: not attnspec's convention (CONVENTIONS.md),
     there to name the convention a target follows when it fails."""
     x = x.detach().cpu().to(dtype)
     d = x.shape[-1]

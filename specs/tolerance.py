@@ -1,4 +1,4 @@
-"""The numerical tolerance policy (DESIGN.md), in one place.
+"""The numerical tolerance policy (CONVENTIONS.md), in one place.
 
     max|out - golden| <= FUDGE * max|ref_lowp - golden| + FLOOR[dtype] * max(1, max|golden|)
 
