@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from properties import targets
 from properties.patching import recorded_calls
+from properties.target_checks import target_problems
 from specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -56,9 +57,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")
     os.environ[targets.ENV] = config.getoption("--impl")  # test modules read it when imported
     try:
-        targets.current()
+        target = targets.current()
     except (ImportError, AttributeError, TypeError, ValueError) as error:
         raise pytest.UsageError(f"--impl {config.getoption('--impl')}: {error}") from error
+    problems = target_problems(target, device)
+    if problems:
+        raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

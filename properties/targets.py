@@ -142,6 +142,8 @@ def as_target(name: str, obj: object) -> Target:
     """A Target from an adapter object or a bare attention function."""
     if isinstance(obj, Target):
         return replace(obj, name=name)
+    if isinstance(obj, type):
+        raise TypeError(f"{obj.__name__} is a class: name an instance of it (module:INSTANCE) or a function")
     attention = getattr(obj, "attention", obj)
     if not callable(attention):
         raise TypeError(f"{obj!r} has no callable attention(q, k, v, ...)")

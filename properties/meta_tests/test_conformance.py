@@ -72,3 +72,12 @@ def test_an_unknown_target_is_a_usage_error():
     done = run_properties("no_such_package.module:thing")
     assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage-error exit code
     assert "no_such_package" in done.stdout + done.stderr
+
+
+def test_a_target_that_cannot_be_checked_stops_the_run_with_one_line():
+    # Declares "weights" but returns only the output: before the check at load time, 15-22 properties
+    # failed, some of them with batch "leaks" from unpacking the output tensor as (out, weights).
+    done = run_properties("properties.meta_tests.test_targets:output_only_with_weights")
+    assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage-error exit code
+    assert "returned a tensor, not (output, weights)" in done.stdout + done.stderr
+    assert "failed" not in done.stdout

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from properties import targets
+from properties.target_checks import target_problems
 
 
 def user_attention(q, k, v, *, causal=True, window=None):
@@ -34,3 +37,67 @@ def test_a_built_in_adapter_keeps_the_name_it_was_chosen_by():
     assert targets.load("torch").name == "torch"
     with pytest.raises(ValueError, match="built-in adapter"):
         targets.load("no-such-adapter")
+
+
+# --- the check at load time (properties/target_checks.py) -------------------------------------
+
+
+def correct(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
+    from impl import scaled_dot_product_attention
+
+    return scaled_dot_product_attention(q, k, v, causal=causal, return_weights=return_weights)
+
+
+def needs_a_mask(q, k, v, mask):
+    return correct(q, k, v)
+
+
+def output_only(q, k, v, **kwargs):
+    return correct(q, k, v)
+
+
+def heads_last(q, k, v, **kwargs):
+    return correct(q, k, v).transpose(1, 2)  # (B, T, H, d)
+
+
+def nan_rows(q, k, v, **kwargs):
+    return correct(q, k, v) * float("nan")
+
+
+class Kernel:
+    def attention(self, q, k, v, **kwargs):
+        return correct(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("capabilities", [set(), {"weights", "gqa", "decode", "value_dim"}], ids=repr)
+def test_a_correct_target_has_no_problem(capabilities):
+    assert target_problems(targets.Target("mine", correct, frozenset(capabilities))) == []
+    assert target_problems(targets.load("impl")) == []
+    assert target_problems(targets.load("torch")) == []
+
+
+@pytest.mark.parametrize(
+    "attention, capabilities, line",
+    [
+        (needs_a_mask, set(), r"attention\(q, k, v\) raised TypeError: .*mask"),
+        (output_only, {"weights"}, r"return_weights=True\) returned a tensor, not \(output, weights\)"),
+        (heads_last, {"gqa"}, r"returned shape \(1, 3, 6, 4\), expected \(B, Hq, Tq, dv\) = \(1, 6, 3, 4\)"),
+        (nan_rows, set(), "returned NaN"),
+    ],
+    ids=["signature", "no weights", "layout", "NaN"],
+)
+def test_a_target_that_cannot_be_checked_gets_one_line(attention, capabilities, line):
+    # gqa with decode: Hq = 6 and Tq = 3 differ, so a (B, T, H, d) result cannot have the right shape.
+    capabilities = capabilities | ({"decode"} if "gqa" in capabilities else set())
+    problems = target_problems(targets.Target("mine", attention, frozenset(capabilities)))
+    assert len(problems) == 1, problems
+    assert re.search(line, problems[0]), problems[0]
+
+
+def test_a_class_is_refused_with_a_hint_to_name_an_instance():
+    with pytest.raises(TypeError, match="Kernel is a class: name an instance"):
+        targets.load(f"{__name__}:Kernel")
+    assert targets.as_target("mine", Kernel()).attention is not None
+
+
+output_only_with_weights = targets.Target("output only", output_only, frozenset({"weights"}))

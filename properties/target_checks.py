@@ -1,0 +1,73 @@
+"""The target is checked once, before any property runs: a target that cannot be called as the
+protocol says (properties/targets.py) would otherwise fail most properties at once, each with a
+message about something else (a batch "leak" from unpacking a tensor as (out, weights), say).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from properties.targets import Target
+
+SEE = "(the protocol: properties/targets.py; the conventions: CONVENTIONS.md)"
+
+
+def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
+    """(B, Hq, Hkv, Tq, Tk, d, dv) of the probe: sizes that differ wherever the target lets them."""
+    n_heads = 6 if target.supports("gqa") else 2
+    tq = 3 if target.supports("decode") else 5
+    dv = 7 if target.supports("value_dim") else 4
+    return 1, n_heads, 2, tq, 5, 4, dv
+
+
+def target_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
+    """What keeps ``target`` from being checked, one line each; [] if nothing.
+
+    It calls attention(q, k, v) with no keyword, and attention(q, k, v, return_weights=True) when
+    the target declares "weights", on a small causal problem, and looks at what comes back."""
+    batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(batch, heads, t, width, generator=gen).to(device)
+        for heads, t, width in ((n_heads, tq, d), (n_kv_heads, tk, d), (n_kv_heads, tk, dv))
+    )
+    call = f"--impl {target.name}: attention(q, k, v)"
+    try:
+        out = target.attention(q, k, v)
+    except Exception as error:  # any failure of the first call is the one line to show
+        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+    problems = _result_problems(call, out, "(B, Hq, Tq, dv)", (batch, n_heads, tq, dv), q)
+    if target.supports("weights"):
+        problems += _weights_problems(target, q, k, v, (batch, n_heads, tq, tk))
+    return problems
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else ""
+
+
+def _result_problems(call: str, out: object, layout: str, shape: tuple[int, ...], q) -> list[str]:
+    if not isinstance(out, torch.Tensor):
+        return [f"{call} returned a {type(out).__name__}, not the output tensor {SEE}"]
+    problems = []
+    if tuple(out.shape) != shape:
+        problems.append(f"{call} returned shape {tuple(out.shape)}, expected {layout} = {shape} {SEE}")
+    if out.dtype != q.dtype or out.device != q.device:
+        problems.append(f"{call} returned {out.dtype} on {out.device} for {q.dtype} inputs on {q.device}")
+    if out.is_floating_point() and bool(torch.isnan(out).any()):
+        problems.append(f"{call} returned NaN for a plain causal problem")
+    return problems
+
+
+def _weights_problems(target: Target, q, k, v, shape: tuple[int, ...]) -> list[str]:
+    call = f"--impl {target.name}: attention(q, k, v, return_weights=True)"
+    try:
+        result = target.attention(q, k, v, return_weights=True)
+    except Exception as error:
+        return [f"{call} raised {type(error).__name__}: {_first_line(error)} (it declares 'weights') {SEE}"]
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        what = type(result).__name__ if not isinstance(result, torch.Tensor) else "tensor"
+        return [f"{call} returned a {what}, not (output, weights), and the target declares 'weights' {SEE}"]
+    out, weights = result
+    problems = _result_problems(call + "[0]", out, "(B, Hq, Tq, dv)", (*shape[:3], v.shape[3]), q)
+    return problems + _result_problems(call + "[1]", weights, "(B, Hq, Tq, Tk)", shape, q)
