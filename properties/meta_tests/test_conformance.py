@@ -18,12 +18,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_properties(impl: str, *args: str, profile: str | None = None) -> subprocess.CompletedProcess:
+def run_properties(
+    impl: str, *args: str, profile: str | None = None, as_user: bool = False
+) -> subprocess.CompletedProcess:
     """pytest on the properties against ``impl``, under the Hypothesis ``profile`` (conftest.py) or,
-    when None, under this run's own."""
+    when None, under this run's own.  ``as_user``: without the mutation campaign's MUTANT_UNDER_TEST
+    (which a campaign's clean run passes on), so that the target is checked at load time as a user's
+    run checks it."""
     command = [sys.executable, "-m", "pytest", "properties", "--ignore=properties/meta_tests"]
     command += ["-p", "no:cacheprovider", "-q", f"--impl={impl}"]
-    env = os.environ if profile is None else {**os.environ, "HYPOTHESIS_PROFILE": profile}
+    env = dict(os.environ) if profile is None else {**os.environ, "HYPOTHESIS_PROFILE": profile}
+    if as_user:
+        env.pop("MUTANT_UNDER_TEST", None)
     return subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -77,7 +83,7 @@ def test_an_unknown_target_is_a_usage_error():
 def test_a_target_that_cannot_be_checked_stops_the_run_with_one_line():
     # Declares "weights" but returns only the output: before the check at load time, 15-22 properties
     # failed, some of them with batch "leaks" from unpacking the output tensor as (out, weights).
-    done = run_properties("properties.meta_tests.test_targets:output_only_with_weights")
+    done = run_properties("properties.meta_tests.test_targets:output_only_with_weights", as_user=True)
     assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage-error exit code
     assert "returned a tensor, not (output, weights)" in done.stdout + done.stderr
     assert "failed" not in done.stdout
