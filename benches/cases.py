@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from benches.reference import torch_attention, torch_attention_block
-from impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
+from attnspec.benches.reference import torch_attention, torch_attention_block
+from attnspec.impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
 
 HEADS, HEAD_DIM = 8, 64
 

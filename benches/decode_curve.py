@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib
 import torch
 
-from impl import AttentionBlock, KVCache, ModelConfig
+from attnspec.impl import AttentionBlock, KVCache, ModelConfig
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)

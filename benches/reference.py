@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from properties.adapters.torch_sdpa import attention as torch_attention
+from attnspec.properties.adapters.torch_sdpa import attention as torch_attention
 
 
 def rope(x: torch.Tensor, base: float) -> torch.Tensor:

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline = json.loads(args.baseline.read_text())["ratios"] if args.baseline.exists() else {}
     memory: dict[str, dict[str, int | None]] = {}
     if args.memory:
-        from benches.memory import peak_bytes
+        from attnspec.benches.memory import peak_bytes
 
         for case in times:
             print(f"measuring peak memory of {case} ...", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benches.cases import CASES
+from attnspec.benches.cases import CASES
 
 _checked: set[str] = set()
 

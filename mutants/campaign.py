@@ -3,7 +3,9 @@
 mutmut writes its working copy to ./mutants/ (a hard-coded name that is also this package's),
 and stale copies re-attach old results to new mutant numbers.  So every campaign:
 
-1. copies impl/, specs/ and properties/ into a new temporary directory, with a generated
+1. copies impl/, specs/ and properties/ into a new temporary directory, laid out as the installed
+   package (attnspec/impl, attnspec/specs, attnspec/properties: the properties import them as
+   attnspec.*, and mutmut names a mutant after its file's path), with a generated
    pyproject.toml that configures mutmut and pytest for the campaign, plus three helpers from
    this package (the catalogue, the driver, the kill-recorder pytest plugin);
 2. runs the driver there in its own process group: it installs the operators and calls
@@ -37,7 +39,11 @@ from mutmut.stats import status_by_exit_code
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
-COPIED_DIRS = ("impl", "specs", "properties")
+COPIED_DIRS = ("impl", "specs", "properties")  # each copied to attnspec/<name> in the workspace
+PACKAGE = "attnspec"
+# Meta tests that run the kit in a subprocess: mutmut never runs them against a mutant (it runs the
+# tests whose in-process calls reach it), so in a campaign they only cost minutes of its clean run.
+SUBPROCESS_TESTS = ("meta_tests/test_conformance.py", "meta_tests/test_capability_subsets.py")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 HELPERS = {  # file in this package -> module name in the workspace
     "catalogue.py": "attnspec_catalogue.py",
@@ -87,12 +93,14 @@ def pyproject_text(root: Path, isolation: str) -> str:
     pyproject = root / "pyproject.toml"
     project = tomllib.loads(pyproject.read_text()) if pyproject.exists() else {}
     pytest_options = dict(project.get("tool", {}).get("pytest", {}).get("ini_options", {}))
-    pytest_options.update(testpaths=["properties"], pythonpath=["."], addopts="--strict-markers")
+    pytest_options.update(testpaths=[f"{PACKAGE}/properties"], pythonpath=["."], addopts="--strict-markers")
     mutmut_options = {
-        "source_paths": ["impl/"],
-        "also_copy": ["specs/", "properties/", "attnspec_killrecorder.py"],
-        "pytest_add_cli_args_test_selection": ["properties"],
-        "pytest_add_cli_args": ["-p", "attnspec_killrecorder", "-p", "no:cacheprovider", "--no-header"],
+        "source_paths": [f"{PACKAGE}/impl/"],
+        "also_copy": [f"{PACKAGE}/__init__.py", f"{PACKAGE}/specs/", f"{PACKAGE}/properties/"]
+        + ["attnspec_killrecorder.py"],
+        "pytest_add_cli_args_test_selection": [f"{PACKAGE}/properties"],
+        "pytest_add_cli_args": ["-p", "attnspec_killrecorder", "-p", "no:cacheprovider", "--no-header"]
+        + [f"--ignore={PACKAGE}/properties/{path}" for path in SUBPROCESS_TESTS],
         "process_isolation": isolation,
         "use_git_change_detection": False,
     }
@@ -107,7 +115,8 @@ def prepare_workspace(campaign: Campaign) -> None:
     for name in COPIED_DIRS:
         if not (campaign.root / name).is_dir():
             raise CampaignError(f"{campaign.root / name} is missing")
-        shutil.copytree(campaign.root / name, campaign.workspace / name, ignore=IGNORED)
+        shutil.copytree(campaign.root / name, campaign.workspace / PACKAGE / name, ignore=IGNORED)
+    shutil.copy(REPO_ROOT / PACKAGE / "__init__.py", campaign.workspace / PACKAGE / "__init__.py")
     for source, target in HELPERS.items():
         shutil.copy(PACKAGE_DIR / source, campaign.workspace / target)
     (campaign.workspace / "pyproject.toml").write_text(pyproject_text(campaign.root, campaign.isolation))

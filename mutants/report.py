@@ -47,8 +47,8 @@ TRIAGE_FILE = Path(__file__).resolve().parent / "triage.toml"
 
 @dataclass
 class Mutant:
-    name: str  # mutmut's mutant name, e.g. impl.masks.x_attention_mask__mutmut_3
-    path: str  # source file relative to the workspace root, e.g. impl/masks.py
+    name: str  # mutmut's mutant name, e.g. attnspec.impl.masks.x_attention_mask__mutmut_3
+    path: str  # source file relative to the workspace root, e.g. attnspec/impl/masks.py
     operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F13)
     status: str  # Stryker status
     exit_code: int | None

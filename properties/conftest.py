@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-from properties import targets
-from properties.patching import recorded_calls
-from properties.target_checks import target_problems
-from specs import REQUIREMENTS
+from attnspec.properties import targets
+from attnspec.properties.diagnosis import target_diagnosis
+from attnspec.properties.patching import recorded_calls
+from attnspec.properties.run_report import NAME as RUN_REPORT
+from attnspec.properties.run_report import RunReport, lacks
+from attnspec.properties.target_checks import target_problems
+from attnspec.specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 settings.register_profile("default", max_examples=25, **_common)
@@ -48,7 +53,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+MARKERS = (
+    "req(*ids): the requirement ids (specs/requirements.toml) that a test checks",
+    "needs(*capabilities): what the implementation under test must support (properties/targets.py)",
+)
+HERE = Path(__file__).parent
+META_TESTS = HERE / "meta_tests"  # the suite's tests of its own helpers: run for impl only
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    config.pluginmanager.register(RunReport(), RUN_REPORT)
     # The properties run many tiny ops (Jacobians are T small backward passes): torch's intra-op
     # thread pool only adds overhead there, and on a loaded 2-core machine made them 10-100x slower.
     torch.set_num_threads(1)
@@ -58,6 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[targets.ENV] = config.getoption("--impl")  # test modules read it when imported
     try:
         target = targets.current()
+    except ModuleNotFoundError as error:
+        name = config.getoption("--impl")
+        raise pytest.UsageError(
+            f"--impl {name}: {error} ({targets.missing_module_hint(name, error)})"
+        ) from error
     except (ImportError, AttributeError, TypeError, ValueError) as error:
         raise pytest.UsageError(f"--impl {config.getoption('--impl')}: {error}") from error
     # Under mutation (mutmut, the kill matrix) the properties grade impl's mutants: a usage error here
@@ -67,43 +88,75 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The suite's meta tests check its own helpers: they run with impl/, not for other targets."""
+    if collection_path == META_TESTS and not targets.current().supports("impl"):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every property names known requirement ids; helper self-tests (meta_tests/) and the
-    mutation machinery's tests (mutants/tests/) check no requirement and are exempt."""
+    """Every property names known requirement ids (helper self-tests in meta_tests/ and the mutation
+    machinery's tests check none and are exempt).  A test of impl/'s own API is deselected for
+    another target; one that needs another capability the target lacks is skipped."""
     problems = []
     for item in items:
         ids = [rid for mark in item.iter_markers("req") for rid in mark.args]
         unknown = [rid for rid in ids if rid not in REQUIREMENTS]
         if unknown:
             problems.append(f"{item.nodeid} names unknown requirement ids {unknown}")
-        elif not ids and item.nodeid.startswith("properties/") and "/meta_tests/" not in item.nodeid:
+        elif not ids and item.path.is_relative_to(HERE) and not item.path.is_relative_to(META_TESTS):
             problems.append(f"{item.nodeid} names no requirement (add @pytest.mark.req('ID'))")
+        if ids:
+            item.user_properties.append(("requirements", ",".join(ids)))
     if problems:
         raise pytest.UsageError("\n".join(problems))
     target = targets.current()
+    kept, impl_only = [], []
     for item in items:
-        missing = sorted(
-            {cap for mark in item.iter_markers("needs") for cap in mark.args} - target.capabilities
-        )
+        needed = {cap for mark in item.iter_markers("needs") for cap in mark.args}
+        if "impl" in needed and not target.supports("impl"):
+            impl_only.append(item)
+            continue
+        kept.append(item)
+        missing = sorted(needed - target.capabilities)
         if missing:
-            item.add_marker(pytest.mark.skip(reason=f"--impl {target.name} lacks: {', '.join(missing)}"))
-            for capability in missing:
-                _skipped_for[capability] = _skipped_for.get(capability, 0) + 1
-
-
-_skipped_for: dict[str, int] = {}  # capability -> tests skipped because the target lacks it
+            item.add_marker(pytest.mark.skip(reason=lacks(target, *missing)))
+    if impl_only:
+        config.hook.pytest_deselected(items=impl_only)
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """The capability table of the target: what it supports and what its absence skipped."""
+    """The capability table of the target: what it supports and what its absence skipped (the
+    `attnspec check` command prints it itself, last)."""
     target = targets.current()
-    if target.name == "impl" and not _skipped_for:
+    report = config.pluginmanager.get_plugin(RUN_REPORT)
+    if config.pluginmanager.has_plugin("attnspec-check"):
+        return
+    if target.name == "impl" and not report.skipped_for:
         return
     terminalreporter.section(f"capabilities of --impl {target.name}")
-    for name, meaning in targets.CAPABILITIES.items():
-        mark = "yes" if name in target.capabilities else "no "
-        skipped = f"  (skipped {_skipped_for[name]})" if name in _skipped_for else ""
-        terminalreporter.write_line(f"  {mark}  {name:<11} {meaning}{skipped}")
+    for line in report.capability_lines(target):
+        terminalreporter.write_line(line)
+
+
+@functools.cache
+def _diagnosis(target: targets.Target, device: str) -> str | None:
+    return target_diagnosis(target, device)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A property that fails a target other than impl ends with the run's diagnosis of the target
+    (diagnosis.py: the other convention it follows, if any), computed once, at the first failure."""
+    report = yield
+    target = targets.current()
+    if report.when == "call" and report.failed and not target.supports("impl"):
+        diagnosis = _diagnosis(target, item.config.getoption("--device"))
+        if diagnosis:
+            report.sections.append(("attnspec's diagnosis of the target", diagnosis))
+    return report
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -126,27 +179,27 @@ ATTENTION_PATHS = {"explicit": sys.maxsize, "tiled": 3}
 
 @pytest.fixture(scope="module")
 def attention_path(request: pytest.FixtureRequest):
-    """Run the requesting tests once per attention path (impl.attention.QUERY_TILE)."""
-    import impl.attention
+    """Run the requesting tests once per attention path (attnspec.impl.attention.QUERY_TILE)."""
+    from attnspec.impl import attention as impl_attention
 
-    saved = impl.attention.QUERY_TILE
-    impl.attention.QUERY_TILE = ATTENTION_PATHS[request.param]
+    saved = impl_attention.QUERY_TILE
+    impl_attention.QUERY_TILE = ATTENTION_PATHS[request.param]
     yield request.param
-    impl.attention.QUERY_TILE = saved
+    impl_attention.QUERY_TILE = saved
 
 
 @pytest.fixture(autouse=True)
 def tiled_path_taken(request: pytest.FixtureRequest):
     """A test that claims the tiled path must take it: it fails when none of its examples reached
-    impl.attention.tiled_attention (a property that only reads weights, runs non-causal attention
+    attnspec.impl.attention.tiled_attention (a property that only reads weights, runs non-causal attention
     or only has queries that see no key never does, and runs once instead)."""
     callspec = getattr(request.node, "callspec", None)
     if callspec is None or callspec.params.get("attention_path") != "tiled":
         yield
         return
-    import impl.attention
+    from attnspec.impl import attention as impl_attention
 
-    with recorded_calls(impl.attention, "tiled_attention", lambda *args, **kwargs: None) as calls:
+    with recorded_calls(impl_attention, "tiled_attention", lambda *args, **kwargs: None) as calls:
         yield
     if not calls:
         pytest.fail(

@@ -1,56 +1,113 @@
-"""Other legitimate attention conventions, and which one a failing output follows.
+"""Other legitimate attention conventions (and one common bug), and which one a failing output follows.
 
 When an output misses the oracle, these re-run the oracle under a neighbouring convention (a window of
-W+1 or W-1 keys, tile-style GQA, top-left alignment, interleaved RoPE pairs) and name the one the
-output matches, so that a failure says "convention mismatch" instead of describing a bug."""
+W+1 or W-1 keys, tile-style GQA, top-left alignment, interleaved RoPE pairs) or with the window ignored,
+and name the one the output matches, so that a failure says "convention mismatch" instead of
+describing a bug.  One is named only when it alone explains the output: where several do (a window
+ignored and a window of W+1 keys look the same over 2 keys), the message says that the case cannot
+tell them apart, and the run's diagnosis of the target (diagnosis.py) tells them apart on cases
+built for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
+from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
+
+CONVENTIONS = (
+    "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
+    "(CONVENTIONS.md in the attnspec repository)"
+)
 
 
-def first_match(out: torch.Tensor, golden: torch.Tensor, candidates) -> str | None:
-    """The description of the first (description, expected output thunk) that ``out`` matches,
-    within a loose tolerance of its dtype (a convention changes outputs by far more); None if none.
-    A candidate that matches ``golden`` (attnspec's convention) just as well is no explanation on
-    this case (a window wider than the sequence, RoPE pairs of one feature pair) and is skipped."""
-    tolerance = 1e-6 if out.dtype == torch.float64 else 1e-3 if out.dtype == torch.float32 else 3e-2
+@dataclass(frozen=True)
+class Candidate:
+    """An explanation of an output that misses the oracle: ``name``, what the target would do, and
+    ``expected``, the oracle's output if it did.  ``bug`` is the diagnosis of an explanation that is
+    a bug, not another convention (a window ignored)."""
 
-    def matches(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-        err = (actual.detach().cpu().double() - expected).abs().max().item()
-        return err <= tolerance * max(1.0, expected.abs().max().item())
+    name: str
+    expected: Callable[[], torch.Tensor]
+    bug: str | None = None
 
-    for description, expected_output in candidates:
-        expected = expected_output()
-        if matches(out, expected) and not matches(golden, expected):
-            return description
+    def diagnosis(self) -> str:
+        if self.bug is not None:
+            return self.bug
+        return f"convention mismatch: the target follows {self.name}; attnspec's convention is {CONVENTIONS}"
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    """Loose: a convention changes outputs by far more than any rounding in ``dtype``."""
+    return 1e-6 if dtype == torch.float64 else 1e-3 if dtype == torch.float32 else 3e-2
+
+
+def _matches(actual: torch.Tensor, expected: torch.Tensor, tolerance: float) -> bool:
+    err = (actual.detach().cpu().double() - expected.double()).abs().max().item()
+    return err <= tolerance * max(1.0, expected.abs().max().item())
+
+
+def explained_by(out: torch.Tensor, golden: torch.Tensor, candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates whose expected output ``out`` matches, within the loose tolerance of its dtype.
+    None when ``out`` has another shape than ``golden`` (the shape is the problem, whatever a
+    broadcast comparison would match) or matches ``golden`` itself; a candidate that matches
+    ``golden`` just as well explains nothing on this case (a window wider than the sequence)."""
+    tolerance = _tolerance(out.dtype)
+    if out.shape != golden.shape or _matches(out, golden, tolerance):
+        return []
+    found = []
+    for candidate in candidates:
+        expected = candidate.expected()
+        if _matches(out, expected, tolerance) and not _matches(golden, expected, tolerance):
+            found.append(candidate)
+    return found
+
+
+def explanation(out: torch.Tensor, golden: torch.Tensor, candidates: list[Candidate]) -> str | None:
+    """The diagnosis of the one candidate that explains ``out``; when several do, a line saying that
+    this case cannot tell them apart; None when none does."""
+    found = explained_by(out, golden, candidates)
+    if len(found) == 1:
+        return found[0].diagnosis()
+    if found:
+        names = "; or ".join(candidate.name for candidate in found)
+        return f"no convention named: this case cannot tell apart {names}: each gives this output"
     return None
 
 
-def window_candidates(window: int | None, oracle: Callable) -> list:
-    """The windows one key too wide and one too narrow, as convention_mismatch candidates."""
+INCLUSIVE_WINDOW = "a window of W+1 keys (p-W <= j <= p: an inclusive bound)"
+NARROW_WINDOW = "a window of W-1 keys (p-W+1 < j <= p)"
+WINDOW_IGNORED = (
+    "window ignored: the target attends as if window=None, to every key up to the query's position "
+    "instead of the last W (a bug, not a convention: CONVENTIONS.md)"
+)
+
+
+def window_candidates(window: int | None, oracle: Callable) -> list[Candidate]:
+    """A window one key too wide, the window ignored, and a window one key too narrow."""
     if window is None:
         return []
-    inclusive = f"a window of W+1 = {window + 1} keys (p-W <= j <= p: an inclusive bound)"
-    candidates = [(inclusive, lambda: oracle(window=window + 1))]
+    candidates = [
+        Candidate(INCLUSIVE_WINDOW, lambda: oracle(window=window + 1)),
+        Candidate("the window ignored (window=None)", lambda: oracle(window=None), bug=WINDOW_IGNORED),
+    ]
     if window > 1:
-        candidates.append((f"a window of W-1 = {window - 1} keys", lambda: oracle(window=window - 1)))
+        candidates.append(Candidate(NARROW_WINDOW, lambda: oracle(window=window - 1)))
     return candidates
 
 
 INTERLEAVED = "interleaved RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate"
 TILED_GQA = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
+TOP_LEFT = "top-left alignment (query i at position i, like torch's is_causal)"
 
 
 def convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, q, k, v, *, causal=True, window=None, sinks=None, scale=None
-):
-    """The other, legitimate attention convention that ``out`` follows, if it follows one: a window
-    of W+1 or W-1 keys, tile-style GQA, or top-left alignment; None if none explains it."""
+) -> str | None:
+    """The explanation of an attention output ``out`` that misses ``golden`` (explanation): a window
+    of W+1 or W-1 keys or none, tile-style GQA, or top-left alignment."""
     tq, tk, r = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
     same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
 
@@ -64,37 +121,33 @@ def convention_mismatch(
 
     candidates = window_candidates(window, oracle) if causal else []
     if r > 1:
-        candidates.append((TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1))))
+        candidates.append(
+            Candidate(TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1)))
+        )
     if causal and tq != tk:
-        candidates.append(("top-left alignment (query i at position i, like torch's is_causal)", top_left))
-    return first_match(out, golden, candidates)
+        candidates.append(Candidate(TOP_LEFT, top_left))
+    return explanation(out, golden, candidates)
 
 
 def layer_convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, x: torch.Tensor, **layer
 ) -> str | None:
     """convention_mismatch for a whole layer (``layer``: the keywords of attention_layer_oracle):
-    interleaved RoPE pairs, a window of W+1 or W-1 keys, or tile-style GQA."""
+    interleaved RoPE pairs, a window of W+1 or W-1 keys or none, or tile-style GQA."""
 
     def oracle(**change):
         return attention_layer_oracle(x, **{**layer, **change})
 
-    candidates = [(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
+    candidates = [Candidate(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
-        candidates.append((TILED_GQA, lambda: oracle(gqa="tiled")))
-    return first_match(out, golden, candidates)
+        candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled")))
+    return explanation(out, golden, candidates)
 
 
 def rope_convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, x: torch.Tensor, positions: list[int], base: float
 ) -> str | None:
     """convention_mismatch for RoPE alone: interleaved pairs."""
-    candidates = [(INTERLEAVED, lambda: rope_oracle(x, positions, base, pairs="interleaved"))]
-    return first_match(out, golden, candidates)
-
-
-CONVENTIONS = (
-    "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
-    "(CONVENTIONS.md in the attnspec repository)"
-)
+    candidates = [Candidate(INTERLEAVED, lambda: rope_oracle(x, positions, base, pairs="interleaved"))]
+    return explanation(out, golden, candidates)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 from hypothesis import strategies as st
 
-from properties.targets import current
+from attnspec.properties.targets import current
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -200,7 +200,7 @@ class BlockCase:
     ffn_hidden: int | None = None
 
     def config(self):
-        from impl import ModelConfig
+        from attnspec.impl import ModelConfig
 
         return ModelConfig(
             d_model=self.d_model,
@@ -226,7 +226,7 @@ class BlockCase:
     ) -> torch.nn.Module:
         """An "attention", "mlp", "transformer" block (as layer ``layer_idx``) or a "stack" built
         from this config, with seeded random parameters (sinks and norm gains too)."""
-        from impl import AttentionBlock, MLPBlock, TransformerBlock, TransformerStack
+        from attnspec.impl import AttentionBlock, MLPBlock, TransformerBlock, TransformerStack
 
         cfg = self.config()
         module = {
@@ -298,6 +298,11 @@ def full_precision() -> tuple[torch.dtype, ...]:
 def precise_dtype() -> torch.dtype:
     """The dtype of the exact and tight properties: float64, or float32 without "float64"."""
     return full_precision()[0]
+
+
+def declared_dtypes() -> tuple[torch.dtype, ...]:
+    """The float dtypes the target declares (float32 always), whether or not the device runs them."""
+    return (*full_precision(), *(LOW_PRECISION if current().supports("float16") else ()))
 
 
 @functools.cache

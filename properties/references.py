@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
+from attnspec.specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
 
 
 def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from properties.targets import Target
+from attnspec.properties.targets import Target
 
-SEE = "(the protocol: properties/targets.py; the conventions: CONVENTIONS.md)"
+SEE = "(the target protocol and the conventions: CONVENTIONS.md in the attnspec repository)"
+KEYWORDS = {"causal": True, "window": None, "sinks": None, "scale": None}
+CALL = ", ".join(f"{name}={value}" for name, value in KEYWORDS.items())
 
 
 def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
@@ -23,17 +25,18 @@ def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
 def target_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
     """What keeps ``target`` from being checked, one line each; [] if nothing.
 
-    It calls attention(q, k, v) with no keyword, and attention(q, k, v, return_weights=True) when
-    the target declares "weights", on a small causal problem, and looks at what comes back."""
+    It calls attention(q, k, v, **KEYWORDS) as the properties do (an argument the target does not
+    support is passed as None), and again with return_weights=True when the target declares
+    "weights", on a small causal problem, and looks at what comes back."""
     batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(batch, heads, t, width, generator=gen).to(device)
         for heads, t, width in ((n_heads, tq, d), (n_kv_heads, tk, d), (n_kv_heads, tk, dv))
     )
-    call = f"--impl {target.name}: attention(q, k, v)"
+    call = f"--impl {target.name}: attention(q, k, v, {CALL})"
     try:
-        out = target.attention(q, k, v)
+        out = target.attention(q, k, v, **KEYWORDS)
     except Exception as error:  # any failure of the first call is the one line to show
         return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
     problems = _result_problems(call, out, "(B, Hq, Tq, dv)", (batch, n_heads, tq, dv), q)
@@ -60,9 +63,9 @@ def _result_problems(call: str, out: object, layout: str, shape: tuple[int, ...]
 
 
 def _weights_problems(target: Target, q, k, v, shape: tuple[int, ...]) -> list[str]:
-    call = f"--impl {target.name}: attention(q, k, v, return_weights=True)"
+    call = f"--impl {target.name}: attention(q, k, v, {CALL}, return_weights=True)"
     try:
-        result = target.attention(q, k, v, return_weights=True)
+        result = target.attention(q, k, v, **KEYWORDS, return_weights=True)
     except Exception as error:
         return [f"{call} raised {type(error).__name__}: {_first_line(error)} (it declares 'weights') {SEE}"]
     if not (isinstance(result, tuple | list) and len(result) == 2):

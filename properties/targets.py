@@ -55,12 +55,12 @@ CAPABILITIES = {
 
 # Built-in adapters: NAME -> "module:object" (imported only when chosen).
 ADAPTERS = {
-    "impl": "properties.adapters.impl_target:TARGET",
-    "torch": "properties.adapters.torch_sdpa:TARGET",
-    "hf-llama": "properties.adapters.hf_eager:LLAMA",
-    "hf-mistral": "properties.adapters.hf_eager:MISTRAL",
-    "hf-gptoss": "properties.adapters.hf_eager:GPTOSS",
-    "gpt-oss": "properties.adapters.gpt_oss_reference:TARGET",
+    "impl": "attnspec.properties.adapters.impl_target:TARGET",
+    "torch": "attnspec.properties.adapters.torch_sdpa:TARGET",
+    "hf-llama": "attnspec.properties.adapters.hf_eager:LLAMA",
+    "hf-mistral": "attnspec.properties.adapters.hf_eager:MISTRAL",
+    "hf-gptoss": "attnspec.properties.adapters.hf_eager:GPTOSS",
+    "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
 }
 ENV = "ATTNSPEC_IMPL"
 
@@ -164,6 +164,29 @@ def load(name: str) -> Target:
     for part in attribute.split("."):
         obj = getattr(obj, part)
     return as_target(name, obj)
+
+
+# What a built-in adapter needs installed besides attnspec.
+ADAPTER_NEEDS = {
+    "hf-llama": "transformers: pip install 'attnspec[conformance]'",
+    "hf-mistral": "transformers: pip install 'attnspec[conformance]'",
+    "hf-gptoss": "transformers: pip install 'attnspec[conformance]'",
+    "gpt-oss": "gpt-oss: pip install --no-deps gpt-oss==0.0.9 (its torch model needs torch and safetensors)",
+}
+
+
+def missing_module_hint(name: str, error: ModuleNotFoundError) -> str:
+    """Why the module of target ``name`` could not be imported, and what to do."""
+    if name in ADAPTER_NEEDS:
+        return f"the {name} adapter needs {ADAPTER_NEEDS[name]}"
+    module = ADAPTERS.get(name, name).partition(":")[0]
+    missing = error.name or ""
+    if module == missing or module.startswith(missing + "."):
+        return (
+            f"{module} is imported from the current directory and sys.path: run from the folder "
+            "that holds it, or install it"
+        )
+    return f"{module} imports {missing}, which is not installed"
 
 
 _current: Target | None = None

@@ -18,10 +18,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.hypothesis_helpers import float_dtypes, noise_like, seeded_randn, seeds
-from properties.pytest_helpers import assert_exactly_equal, assert_layer_golden, assert_shift_invariant
-from properties.targets import Layer, LayerSpec, current
-from specs.oracle import attention_layer_oracle
+from attnspec.properties.hypothesis_helpers import float_dtypes, noise_like, seeded_randn, seeds
+from attnspec.properties.pytest_helpers import (
+    assert_exactly_equal,
+    assert_layer_golden,
+    assert_shift_invariant,
+)
+from attnspec.properties.targets import Layer, LayerSpec, current
+from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
 pytestmark = pytest.mark.needs("layer")

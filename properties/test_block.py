@@ -13,11 +13,16 @@ import torch
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
-from properties.hypothesis_helpers import BlockCase, block_cases, noise_like, randomize_
-from properties.messages import message_names
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_exactly_zero, assert_golden
-from properties.references import block_oracle, ffn_width, mlp_oracle
+from attnspec.impl import AttentionBlock, MLPBlock, ModelConfig, TransformerBlock, TransformerStack
+from attnspec.properties.hypothesis_helpers import BlockCase, block_cases, noise_like, randomize_
+from attnspec.properties.messages import message_names
+from attnspec.properties.pytest_helpers import (
+    assert_close,
+    assert_exactly_equal,
+    assert_exactly_zero,
+    assert_golden,
+)
+from attnspec.properties.references import block_oracle, ffn_width, mlp_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.  Those that
 # run causal attention over more than one tile's queries run on each attention path (explicit and

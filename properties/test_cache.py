@@ -14,8 +14,8 @@ import torch
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from impl import AttentionBlock, KVCache, ModelConfig, TransformerStack
-from properties.hypothesis_helpers import (
+from attnspec.impl import AttentionBlock, KVCache, ModelConfig, TransformerStack
+from attnspec.properties.hypothesis_helpers import (
     FULL_PRECISION,
     BlockCase,
     block_cases,
@@ -24,10 +24,10 @@ from properties.hypothesis_helpers import (
     seeded_randn,
     split_sequence,
 )
-from properties.messages import message_names
-from properties.pytest_helpers import assert_exactly_equal, assert_golden
-from properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
-from specs.oracle import block_qkv_oracle, cache_positions_oracle
+from attnspec.properties.messages import message_names
+from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_golden
+from attnspec.properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
+from attnspec.specs.oracle import block_qkv_oracle, cache_positions_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.  Those that
 # run causal attention over more than one tile's queries run on each attention path (explicit and

@@ -14,10 +14,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl import scaled_dot_product_attention as sdpa
-from properties.hypothesis_helpers import attn_cases
-from properties.messages import mentions_all, message_names, names, names_value
-from properties.pytest_helpers import assert_exactly_equal
+from attnspec.impl import scaled_dot_product_attention as sdpa
+from attnspec.properties.hypothesis_helpers import attn_cases
+from attnspec.properties.messages import mentions_all, message_names, names, names_value
+from attnspec.properties.pytest_helpers import assert_exactly_equal
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")

@@ -15,20 +15,20 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from properties.hypothesis_helpers import (
-    LOW_PRECISION,
+from attnspec.properties.hypothesis_helpers import (
     AttnCase,
     attn_cases,
+    declared_dtypes,
     fit_to_target,
     float_dtypes,
     full_precision,
     precise_dtype,
     seeds,
 )
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
-from properties.references import sink_probability
-from properties.targets import current
-from specs.oracle import attention_oracle, mask_oracle
+from attnspec.properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from attnspec.properties.references import sink_probability
+from attnspec.properties.targets import current
+from attnspec.specs.oracle import attention_oracle, mask_oracle
 
 sdpa = current().attention  # the implementation under test (--impl; impl/ by default)
 attend = current().outputs  # (output of a plain call, weights of a return_weights call)
@@ -164,8 +164,7 @@ def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device)
 
 def dtype_pairs() -> list[tuple[torch.dtype, torch.dtype]]:
     """(activations, sinks): every ordered pair of two dtypes the target declares."""
-    declared = [*full_precision(), *(LOW_PRECISION if current().supports("float16") else ())]
-    return list(itertools.permutations(declared, 2))
+    return list(itertools.permutations(declared_dtypes(), 2))
 
 
 @pytest.mark.req("ATTN-10", "ATTN-4")

@@ -8,11 +8,22 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from torch.func import functional_call
 
-from impl import FeedForward, RMSNorm, apply_rope, default_ffn_hidden, merge_heads, split_heads
-from properties.hypothesis_helpers import LOW_PRECISION, low_precision_dtypes, randomize_, seeded_randn, seeds
-from properties.messages import message_names
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden, assert_rounded_once
-from specs.oracle import ffn_oracle, rms_norm_oracle
+from attnspec.impl import FeedForward, RMSNorm, apply_rope, default_ffn_hidden, merge_heads, split_heads
+from attnspec.properties.hypothesis_helpers import (
+    LOW_PRECISION,
+    low_precision_dtypes,
+    randomize_,
+    seeded_randn,
+    seeds,
+)
+from attnspec.properties.messages import message_names
+from attnspec.properties.pytest_helpers import (
+    assert_close,
+    assert_exactly_equal,
+    assert_golden,
+    assert_rounded_once,
+)
+from attnspec.specs.oracle import ffn_oracle, rms_norm_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")

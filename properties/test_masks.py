@@ -13,11 +13,11 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from impl import additive_mask, attention_mask, layer_window
-from properties.hypothesis_helpers import seeds
-from properties.messages import names_value
-from properties.pytest_helpers import assert_exactly_equal
-from specs.oracle import mask_oracle
+from attnspec.impl import additive_mask, attention_mask, layer_window
+from attnspec.properties.hypothesis_helpers import seeds
+from attnspec.properties.messages import names_value
+from attnspec.properties.pytest_helpers import assert_exactly_equal
+from attnspec.specs.oracle import mask_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")

@@ -11,12 +11,12 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import impl.attention
-from impl import scaled_dot_product_attention as sdpa
-from properties.hypothesis_helpers import FULL_PRECISION, AttnCase, attn_cases
-from properties.patching import recorded_calls
-from properties.pytest_helpers import assert_close
-from specs.oracle import visible_keys
+from attnspec.impl import attention as impl_attention
+from attnspec.impl import scaled_dot_product_attention as sdpa
+from attnspec.properties.hypothesis_helpers import FULL_PRECISION, AttnCase, attn_cases
+from attnspec.properties.patching import recorded_calls
+from attnspec.properties.pytest_helpers import assert_close
+from attnspec.specs.oracle import visible_keys
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")
@@ -38,7 +38,7 @@ def expected_calls(tq: int, tk: int, tile: int, window: int | None) -> list[tupl
 def explicit_calls(tile: int):
     """Tiles of ``tile`` queries; yields the (queries, keys) of every explicit computation."""
     shapes = lambda q, k, v, **_: (q.shape[2], k.shape[2])  # noqa: E731
-    return recorded_calls(impl.attention, "explicit_attention", shapes, QUERY_TILE=tile)
+    return recorded_calls(impl_attention, "explicit_attention", shapes, QUERY_TILE=tile)
 
 
 def _case(tq: int, tk: int, window: int | None) -> AttnCase:
@@ -69,7 +69,7 @@ def test_each_tile_is_given_exactly_the_keys_its_queries_may_see(device, case, t
         out = sdpa(q, k, v, window=case.window, sinks=sinks)
     expected = expected_calls(case.tq, case.tk, tile, case.window)
     assert sorted(calls) == sorted(expected), f"tile {tile}: (queries, keys) {calls}, expected {expected}"
-    reference, _ = impl.attention.explicit_attention(q, k, v, window=case.window, sinks=sinks)
+    reference, _ = impl_attention.explicit_attention(q, k, v, window=case.window, sinks=sinks)
     assert_close(out, reference, f"tiles of {tile} queries vs the explicit formula")
 
 
@@ -92,6 +92,6 @@ def test_every_mask_is_built_on_the_device_of_q(causal, tile):
     so the masks' device is read at the call ("meta" stands in for a second device)."""
     q, k, v, _ = _case(6, 6, None).make("meta", torch.float32)
     device_of = lambda *_, **kwargs: kwargs.get("device")  # noqa: E731
-    with recorded_calls(impl.attention, "attention_mask", device_of, QUERY_TILE=tile) as made:
+    with recorded_calls(impl_attention, "attention_mask", device_of, QUERY_TILE=tile) as made:
         sdpa(q, k, v, causal=causal)
     assert made and all(device == q.device for device in made), f"masks built on {made}, q on {q.device}"

@@ -17,18 +17,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl import (
+from attnspec.impl import (
     AttentionBlock,
     LearnedPositionalEmbedding,
     apply_rope,
     rope_cos_sin,
     sinusoidal_positional_encoding,
 )
-from properties.hypothesis_helpers import block_cases, head_dims, randomize_, seeded_randn, seeds
-from properties.messages import message_names
-from properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
-from properties.references import block_oracle
-from specs.oracle import rope_oracle, sinusoidal_oracle
+from attnspec.properties.hypothesis_helpers import block_cases, head_dims, randomize_, seeded_randn, seeds
+from attnspec.properties.messages import message_names
+from attnspec.properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
+from attnspec.properties.references import block_oracle
+from attnspec.specs.oracle import rope_oracle, sinusoidal_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")

@@ -14,10 +14,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl import TransformerStack
-from properties.hypothesis_helpers import BlockCase, block_cases, randomize_
-from properties.pytest_helpers import assert_exactly_equal
-from properties.references import dependency_matrix
+from attnspec.impl import TransformerStack
+from attnspec.properties.hypothesis_helpers import BlockCase, block_cases, randomize_
+from attnspec.properties.pytest_helpers import assert_exactly_equal
+from attnspec.properties.references import dependency_matrix
 
 # Every property here runs on each attention path (explicit and tiled; see conftest.py), and
 # only on impl/ itself (--impl impl).

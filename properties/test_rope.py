@@ -13,15 +13,21 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.hypothesis_helpers import full_precision, head_dims, precise_dtype, seeded_randn, seeds
-from properties.pytest_helpers import (
+from attnspec.properties.hypothesis_helpers import (
+    full_precision,
+    head_dims,
+    precise_dtype,
+    seeded_randn,
+    seeds,
+)
+from attnspec.properties.pytest_helpers import (
     assert_close,
     assert_exactly_equal,
     assert_rope_golden,
     assert_shift_invariant,
 )
-from properties.targets import current
-from specs.oracle import rope_oracle
+from attnspec.properties.targets import current
+from attnspec.specs.oracle import rope_oracle
 
 TARGET = current()
 pytestmark = pytest.mark.needs("rope")

@@ -8,6 +8,8 @@ test or a test names an unknown id.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 import textwrap
 from collections import defaultdict
@@ -36,9 +38,19 @@ def collect(paths: list[str]) -> dict[str, list[str]]:
     return collector.tests
 
 
+def properties_folder() -> str:
+    """The folder of attnspec.properties, found without importing it (in a checkout: properties/)."""
+    spec = importlib.util.find_spec("attnspec.properties")
+    if spec is None or not spec.submodule_search_locations:
+        return "properties"
+    return os.path.relpath(next(iter(spec.submodule_search_locations)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specs", description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*", default=["properties"], help="test paths (default: properties)")
+    parser.add_argument(
+        "paths", nargs="*", default=[properties_folder()], help="test paths (default: the kit's properties)"
+    )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="list the test ids under each requirement"
     )

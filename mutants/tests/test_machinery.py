@@ -137,14 +137,14 @@ def test_changed_span_reports_whole_tokens():
 
 def test_generated_pyproject_configures_mutmut_and_pytest():
     config = tomllib.loads(pyproject_text(REPO_ROOT, "forkserver"))
-    assert config["tool"]["mutmut"]["source_paths"] == ["impl/"]
+    assert config["tool"]["mutmut"]["source_paths"] == ["attnspec/impl/"]
     assert config["tool"]["mutmut"]["process_isolation"] == "forkserver"
-    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["properties"]
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["attnspec/properties"]
 
 
 TOY_TESTS = """
 import torch
-from impl import additive_mask, attention_mask
+from attnspec.impl import additive_mask, attention_mask
 
 
 def test_additive_mask_is_minus_inf_where_masked():
@@ -215,11 +215,11 @@ def test_faults_only_campaign_on_a_toy_suite(toy_campaign):
             by_fault.setdefault(mutant["mutatorName"], set()).add(mutant["status"])
             start, end = mutant["location"]["start"], mutant["location"]["end"]
             if mutant["mutatorName"] == "F1":
-                assert path == "impl/masks.py"
+                assert path == "attnspec/impl/masks.py"
                 assert start["line"] == end["line"]
                 assert lines[start["line"] - 1][start["column"] - 1 : end["column"] - 1] == "-math.inf"
                 assert mutant["killedBy"] == [
-                    "properties/test_toy.py::test_additive_mask_is_minus_inf_where_masked"
+                    "attnspec/properties/test_toy.py::test_additive_mask_is_minus_inf_where_masked"
                 ]
     assert by_fault["F1"] == by_fault["F2"] == {"Killed"}
     assert by_fault["F3"] <= {"Survived", "NoCoverage"}

@@ -20,9 +20,9 @@ import math
 import torch
 from gpt_oss.torch import model
 
-from properties.hypothesis_helpers import randomize_
-from properties.targets import Layer, LayerSpec, Target
-from specs.oracle import split_w_qkv
+from attnspec.properties.hypothesis_helpers import randomize_
+from attnspec.properties.targets import Layer, LayerSpec, Target
+from attnspec.specs.oracle import split_w_qkv
 
 
 def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):

@@ -24,8 +24,8 @@ from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 
-from properties.hypothesis_helpers import randomize_
-from properties.targets import Layer, LayerSpec, Target
+from attnspec.properties.hypothesis_helpers import randomize_
+from attnspec.properties.targets import Layer, LayerSpec, Target
 
 
 def hf_mask(tq: int, tk: int, window: int | None, dtype: torch.dtype, device) -> torch.Tensor:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
-from properties.hypothesis_helpers import randomize_
-from properties.targets import CAPABILITIES, Layer, LayerSpec, Target
-from specs.oracle import split_w_qkv
+from attnspec.impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
+from attnspec.properties.hypothesis_helpers import randomize_
+from attnspec.properties.targets import CAPABILITIES, Layer, LayerSpec, Target
+from attnspec.specs.oracle import split_w_qkv
 
 
 def layer(spec: LayerSpec) -> Layer:

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from properties.targets import Target
+from attnspec.properties.targets import Target
 
 
 def allowed_keys(tq: int, tk: int, window: int | None, device=None) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """Deliberately broken copies of the torch adapter (and of impl's layer), each with another
 legitimate convention: the conformance kit must fail them and name the convention
-(meta_tests/test_conformance.py).  FLOAT32_LAYER follows no other convention: it claims
-"float64" but computes its layer in float32, which only a float64 layer property can see.
+(meta_tests/test_conformance.py).  WINDOW_IGNORED follows none but drops the window, a bug the kit
+names too (never as a window of W+1 keys, which it resembles over 2 keys).  FLOAT32_LAYER follows
+no other convention: it claims "float64" but computes its layer in float32, which only a float64
+layer property can see; TRANSPOSED returns (B, Tq, Hq, dv), a shape bug.
 
     pytest properties --impl properties.meta_tests.broken_targets:INCLUSIVE_WINDOW
 """
@@ -13,9 +15,9 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from properties.adapters import impl_target
-from properties.adapters.torch_sdpa import TARGET, attention
-from properties.targets import Layer, LayerSpec
+from attnspec.properties.adapters import impl_target
+from attnspec.properties.adapters.torch_sdpa import TARGET, attention
+from attnspec.properties.targets import Layer, LayerSpec
 
 
 def inclusive_window(q, k, v, *, window=None, **kwargs):
@@ -79,3 +81,27 @@ INTERLEAVED_ROPE = replace(
 FLOAT32_LAYER = replace(
     TARGET, capabilities=TARGET.capabilities | {"float64", "layer", "offset"}, layer=float32_layer
 )
+
+
+def window_ignored(q, k, v, *, window=None, **kwargs):
+    """The window argument accepted and dropped: full causal attention whatever W."""
+    return attention(q, k, v, **kwargs)
+
+
+def transposed(q, k, v, **kwargs):
+    """The output in (B, Tq, Hq, dv) layout instead of (B, Hq, Tq, dv): a shape bug, no convention."""
+    return attention(q, k, v, **kwargs).transpose(1, 2)
+
+
+WINDOW_IGNORED = replace(TARGET, attention=window_ignored)
+TRANSPOSED = replace(TARGET, attention=transposed)
+
+# The line the run's diagnosis of each target starts with (properties/diagnosis.py), which every
+# property it fails must show (test_conformance.py).
+FINDINGS = {
+    "INCLUSIVE_WINDOW": "convention mismatch: the target follows a window of W+1 keys",
+    "TILED_GQA": "convention mismatch: the target follows tile-style GQA",
+    "TOP_LEFT": "convention mismatch: the target follows top-left alignment",
+    "INTERLEAVED_ROPE": "convention mismatch: the target follows interleaved RoPE pairs",
+    "WINDOW_IGNORED": "window ignored: the target attends as if window=None",
+}

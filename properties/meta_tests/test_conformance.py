@@ -1,37 +1,20 @@
 """The conformance kit (`pytest properties --impl NAME`) fails broken targets, and says why.
 
 Each broken copy of the torch adapter or of impl's layer (broken_targets.py) follows another
-legitimate convention; the oracle property must fail it with a message that names that convention, while
-the correct adapter passes every property it has the capabilities for.  A broken copy that claims
+legitimate convention or ignores the window; every property it fails must say so (the oracle property
+in its own message, all of them through the run's diagnosis of the target), while the correct adapter
+passes every property it has the capabilities for.  A broken copy that claims
 "float64" but computes in float32 fails the layer property in float64.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+import re
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_properties(
-    impl: str, *args: str, profile: str | None = None, as_user: bool = False
-) -> subprocess.CompletedProcess:
-    """pytest on the properties against ``impl``, under the Hypothesis ``profile`` (conftest.py) or,
-    when None, under this run's own.  ``as_user``: without the mutation campaign's MUTANT_UNDER_TEST
-    (which a campaign's clean run passes on), so that the target is checked at load time as a user's
-    run checks it."""
-    command = [sys.executable, "-m", "pytest", "properties", "--ignore=properties/meta_tests"]
-    command += ["-p", "no:cacheprovider", "-q", f"--impl={impl}"]
-    env = dict(os.environ) if profile is None else {**os.environ, "HYPOTHESIS_PROFILE": profile}
-    if as_user:
-        env.pop("MUTANT_UNDER_TEST", None)
-    return subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
+from attnspec.properties.meta_tests.broken_targets import FINDINGS
+from attnspec.properties.meta_tests.kit_runs import run_properties
 
 # A broken target must fail in every run, but some conventions show on a narrow slice of the draws
 # only: top-left alignment differs from bottom-right for causal attention without a window or sinks
@@ -49,25 +32,37 @@ def test_the_torch_adapter_passes_every_property_it_can_run():
     assert " passed" in done.stdout and " failed" not in done.stdout
 
 
-@pytest.mark.parametrize(
-    "broken, convention",
-    [
-        ("INCLUSIVE_WINDOW", "a window of W+1"),
-        ("TILED_GQA", "tile-style GQA"),
-        ("TOP_LEFT", "top-left alignment"),
-        ("INTERLEAVED_ROPE", "interleaved RoPE pairs"),
-    ],
-)
-def test_a_target_with_another_convention_fails_with_a_message_that_names_it(broken, convention):
-    oracle_properties = "test_matches_the_oracle or test_layer_matches_the_oracle_layer or test_rope_matches"
-    target = f"properties.meta_tests.broken_targets:{broken}"
-    done = run_properties(target, "-k", oracle_properties, profile=FAILING_PROFILE)
+def failure_reports(stdout: str) -> dict[str, str]:
+    """Each failing test's report in pytest's FAILURES section, by the test's name."""
+    section = stdout.partition(" FAILURES ")[2].partition(" short test summary info ")[0]
+    parts = re.split(r"^_{3,} (\S.*?) _{3,}$", section, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+@pytest.mark.parametrize("broken", FINDINGS)
+def test_every_failure_of_a_broken_target_says_what_it_does(broken):
+    """The oracle property fails each broken target, and every property it fails (rows that do not sum
+    to 1, queries that see no key, ...) says what the target does: conftest.py appends the run's
+    diagnosis of the target (properties/diagnosis.py) to each failure.  One run of every property
+    per target."""
+    done = run_properties(f"attnspec.properties.meta_tests.broken_targets:{broken}", profile=FAILING_PROFILE)
     assert done.returncode == 1, done.stdout[-3000:]
-    assert f"convention mismatch: the target follows {convention}" in done.stdout, done.stdout[-3000:]
+    reports = failure_reports(done.stdout)
+    assert len(reports) == done.stdout.count("\nFAILED "), done.stdout[-3000:]
+    oracle = [
+        report for test, report in reports.items() if "matches_the_oracle" in test or "rope_matches" in test
+    ]
+    assert oracle, f"no oracle property failed: {list(reports)}"
+    for report in oracle:  # in the property's own message, from its failing case
+        assert f"AssertionError: {FINDINGS[broken]}" in report, report[-3000:]
+    for test, report in reports.items():
+        assert FINDINGS[broken] in report, f"{test} does not say {FINDINGS[broken]!r}:\n{report[-3000:]}"
+    if broken == "WINDOW_IGNORED":  # over 2 keys it looks like a window of W+1 keys: never named so
+        assert "follows a window of W+1" not in done.stdout, done.stdout[-3000:]
 
 
 def test_a_target_that_computes_a_float64_layer_in_float32_fails_in_float64():
-    target = "properties.meta_tests.broken_targets:FLOAT32_LAYER"
+    target = "attnspec.properties.meta_tests.broken_targets:FLOAT32_LAYER"
     done = run_properties(target, "-k", "test_layer_matches_the_oracle_layer", profile=FAILING_PROFILE)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "exceeds the torch.float64 bound" in done.stdout, done.stdout[-3000:]
@@ -83,7 +78,9 @@ def test_an_unknown_target_is_a_usage_error():
 def test_a_target_that_cannot_be_checked_stops_the_run_with_one_line():
     # Declares "weights" but returns only the output: before the check at load time, 15-22 properties
     # failed, some of them with batch "leaks" from unpacking the output tensor as (out, weights).
-    done = run_properties("properties.meta_tests.test_targets:output_only_with_weights", as_user=True)
+    done = run_properties(
+        "attnspec.properties.meta_tests.test_targets:output_only_with_weights", as_user=True
+    )
     assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage-error exit code
     assert "returned a tensor, not (output, weights)" in done.stdout + done.stderr
     assert "failed" not in done.stdout

@@ -7,16 +7,16 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from properties.conventions import first_match
-from properties.hypothesis_helpers import AttnCase, attn_cases, distinct_attn_cases
-from properties.pytest_helpers import (
+from attnspec.properties.conventions import Candidate, explanation
+from attnspec.properties.hypothesis_helpers import AttnCase, attn_cases, distinct_attn_cases
+from attnspec.properties.pytest_helpers import (
     assert_exactly_equal,
     assert_exactly_zero,
     assert_golden,
     assert_rounded_once,
 )
-from properties.references import dependency_matrix
-from properties.targets import current
+from attnspec.properties.references import dependency_matrix
+from attnspec.properties.targets import current
 
 
 def test_exactly_equal_rejects_one_ulp():
@@ -115,8 +115,10 @@ def test_self_attention_cases_are_square(case):
 def test_a_convention_is_named_only_where_it_differs_from_attnspecs():
     golden = torch.linspace(-1, 1, 7, dtype=torch.float64)
     other = golden + 0.5  # another convention's output on this case
-    candidates = [("the other one", lambda: other), ("the same as attnspec's here", lambda: golden)]
-    assert first_match(other.clone(), golden, candidates) == "the other one"
+    candidates = [Candidate("the other one", lambda: other), Candidate("attnspec's here", lambda: golden)]
+    assert explanation(other.clone(), golden, candidates).startswith(
+        "convention mismatch: the target follows the other one"
+    )
     # A small error (a float32 computation of a float64 layer) matches the candidate that coincides
     # with attnspec's convention on this case; that explains nothing.
-    assert first_match(golden + 1e-8, golden, candidates) is None
+    assert explanation(golden + 1e-8, golden, candidates) is None

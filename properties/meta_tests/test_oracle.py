@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from specs import REQUIREMENTS, load_requirements
-from specs.oracle import attention_oracle, mask_oracle, rope_oracle, visible_keys
+from attnspec.specs import REQUIREMENTS, load_requirements
+from attnspec.specs.oracle import attention_oracle, mask_oracle, rope_oracle, visible_keys
 
 
 def test_visible_keys_follow_the_window_inequality():

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from properties import targets
-from properties.target_checks import target_problems
+from attnspec.properties import targets
+from attnspec.properties.target_checks import target_problems
 
 
 def user_attention(q, k, v, *, causal=True, window=None):
@@ -43,12 +43,16 @@ def test_a_built_in_adapter_keeps_the_name_it_was_chosen_by():
 
 
 def correct(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
-    from impl import scaled_dot_product_attention
+    from attnspec.impl import scaled_dot_product_attention
 
     return scaled_dot_product_attention(q, k, v, causal=causal, return_weights=return_weights)
 
 
 def needs_a_mask(q, k, v, mask):
+    return correct(q, k, v)
+
+
+def positional_only(q, k, v, causal=True, window=None, sinks=None, scale=None, /):
     return correct(q, k, v)
 
 
@@ -79,12 +83,13 @@ def test_a_correct_target_has_no_problem(capabilities):
 @pytest.mark.parametrize(
     "attention, capabilities, line",
     [
-        (needs_a_mask, set(), r"attention\(q, k, v\) raised TypeError: .*mask"),
+        (needs_a_mask, set(), r"attention\(q, k, v, causal=True, .*\) raised TypeError: .*mask"),
+        (positional_only, set(), r"raised TypeError: .*positional-only"),
         (output_only, {"weights"}, r"return_weights=True\) returned a tensor, not \(output, weights\)"),
         (heads_last, {"gqa"}, r"returned shape \(1, 3, 6, 4\), expected \(B, Hq, Tq, dv\) = \(1, 6, 3, 4\)"),
         (nan_rows, set(), "returned NaN"),
     ],
-    ids=["signature", "no weights", "layout", "NaN"],
+    ids=["signature", "positional-only", "no weights", "layout", "NaN"],
 )
 def test_a_target_that_cannot_be_checked_gets_one_line(attention, capabilities, line):
     # gqa with decode: Hq = 6 and Tq = 3 differ, so a (B, T, H, d) result cannot have the right shape.

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import impl.attention
-from properties import test_attention
-from properties.conftest import ATTENTION_PATHS
-from properties.patching import module_attributes
+from attnspec.impl import attention as impl_attention
+from attnspec.properties import test_attention
+from attnspec.properties.conftest import ATTENTION_PATHS
+from attnspec.properties.patching import module_attributes
 
 pytestmark = pytest.mark.needs("impl")
 
@@ -24,11 +24,11 @@ def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None):
     tq, tk = q.shape[2], k.shape[2]
     first = tk - tq  # the absolute position of query 0
     tiles = []
-    for start in range(0, tq, impl.attention.QUERY_TILE):
-        stop = min(start + impl.attention.QUERY_TILE, tq)
+    for start in range(0, tq, impl_attention.QUERY_TILE):
+        stop = min(start + impl_attention.QUERY_TILE, tq)
         lo = 0 if window is None else max(0, first + start - window + 1)
         hi = min(first + stop + 1, tk)  # one key late: the correct band ends at first + stop
-        tile, _ = impl.attention.explicit_attention(
+        tile, _ = impl_attention.explicit_attention(
             q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], window=window, sinks=sinks, scale=scale
         )
         tiles.append(tile)
@@ -46,5 +46,5 @@ def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None):
 )
 def test_a_tile_band_one_key_late_fails_the_properties_on_the_tiled_path(prop, kwargs):
     broken = {"tiled_attention": band_one_key_late, "QUERY_TILE": ATTENTION_PATHS["tiled"]}
-    with module_attributes(impl.attention, **broken), pytest.raises(AssertionError):
+    with module_attributes(impl_attention, **broken), pytest.raises(AssertionError):
         prop(device=torch.device("cpu"), **kwargs)

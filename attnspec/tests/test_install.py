@@ -1,0 +1,157 @@
+"""The kit as an outsider gets it: the wheel, installed in a fresh venv, checks a module from an
+empty directory with `attnspec check`.
+
+The venv gets torch, pytest and Hypothesis from this environment (a .pth line to its
+site-packages, so nothing is downloaded) and attnspec from the wheel alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import site
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOY = (REPO / "examples" / "toy_attention.py").read_text()
+
+BROKEN = """
+import toy
+
+def attention(q, k, v, **kwargs):
+    return toy.attention(q * 1.5, k, v, **kwargs)  # the scores of a scale 1.5 times too large
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+MISTAKES = """
+import toy
+
+class Kernel:
+    capabilities = {"weights"}
+
+    def attention(self, q, k, v, **kwargs):
+        return toy.attention(q, k, v, **kwargs)
+
+def positional(q, k, v, causal, window, sinks, scale, /):
+    return toy.attention(q, k, v)
+
+def output_only(q, k, v, return_weights=False, **kwargs):
+    return toy.attention(q, k, v, **kwargs)
+
+output_only.capabilities = {"weights"}
+
+def no_return_weights(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
+    return toy.attention(q, k, v, causal=causal)
+
+no_return_weights.capabilities = {"weights"}
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*command, "-w", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
+    (built,) = out.glob("attnspec-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def attnspec_command(wheel: Path, tmp_path_factory) -> Path:
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.create(env_dir, with_pip=False)
+    (purelib,) = env_dir.glob("lib/python*/site-packages")
+    # torch, pytest and Hypothesis from here; attnspec only from the wheel
+    (purelib / "from-the-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = env_dir / "bin" / "python"
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q"]
+    subprocess.run([*install, str(wheel)], check=True, capture_output=True, timeout=300)
+    return env_dir / "bin" / "attnspec"
+
+
+def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    env.pop("MUTANT_UNDER_TEST", None)
+    return subprocess.run(
+        [str(command), "check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory) -> Path:
+    """An empty directory with the user's modules: a correct kernel, a broken one, mistakes."""
+    cwd = tmp_path_factory.mktemp("user")
+    (cwd / "toy.py").write_text(TOY)
+    (cwd / "broken.py").write_text(BROKEN)
+    (cwd / "mistakes.py").write_text(MISTAKES)
+    return cwd
+
+
+def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert top == {"attnspec", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    assert "attnspec/specs/requirements.toml" in names
+    assert not [name for name in names if "meta_tests" in name or "/tests/" in name]
+
+
+def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
+    done = check(attnspec_command, user_dir, "toy:attention")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("PASS: --impl toy:attention passed every property it can run"), last
+    assert "capabilities of --impl toy:attention" in done.stdout
+    assert " yes  window " in done.stdout
+    assert not list(user_dir.glob(".pytest_cache"))
+
+
+def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, user_dir: Path):
+    done = check(attnspec_command, user_dir, "broken:attention", "-x", "--junitxml", "report.xml")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    found = re.match(r"FAIL: --impl broken:attention breaks ([A-Z]+-\d+)", last)
+    assert found, last
+    # the JUnit report names the failing test's requirements too
+    junit = (user_dir / "report.xml").read_text()
+    assert re.search(f'name="requirements" value="[^"]*{found.group(1)}', junit), junit[:2000]
+
+
+@pytest.mark.parametrize(
+    "target, line",
+    [
+        ("mistakes:Kernel", "Kernel is a class: name an instance"),
+        ("mistakes:positional", r"attention\(q, k, v, causal=True, .*\) raised TypeError"),
+        ("mistakes:output_only", r"returned a tensor, not \(output, weights\)"),
+        ("mistakes:no_return_weights", r"return_weights=True\) raised TypeError: .*'return_weights'"),
+        ("mykern:attention", r"No module named 'mykern' \(mykern is imported from the current directory"),
+    ],
+    ids=["a class", "positional-only", "weights not returned", "no return_weights", "not importable"],
+)
+def test_a_target_that_cannot_be_checked_gets_one_line(attnspec_command, user_dir, target, line):
+    done = check(attnspec_command, user_dir, target)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-2000:]
+    errors = [text for text in done.stderr.splitlines() if text.strip()]
+    assert len(errors) <= 2 and re.search(line, done.stderr), done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("NOT CHECKED")
+
+
+def test_nothing_selected_is_not_a_pass(attnspec_command: Path, user_dir: Path):
+    done = check(attnspec_command, user_dir, "toy:attention", "-k", "no_such_property")
+    assert done.returncode == 2, done.stdout[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("NOT CHECKED: no property ran")
+
+
+def test_no_generic_name_is_importable_from_the_install(attnspec_command: Path, tmp_path: Path):
+    python = attnspec_command.parent / "python"
+    names = "'impl', 'specs', 'properties', 'mutants'"
+    probe = f"import importlib.util as u; print([n for n in ({names}) if u.find_spec(n)])"
+    done = subprocess.run([str(python), "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

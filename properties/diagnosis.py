@@ -1,0 +1,115 @@
+"""The run's diagnosis of its target: which other convention it follows, found once on cases built for it.
+
+A target that follows another convention fails several properties, most of which describe only the
+symptom (rows that do not sum to 1, a prefix that changes, ...), and a failing case may not tell
+two explanations apart (over 2 keys a window ignored looks like a window of W+1).  target_diagnosis
+runs the target on a few small deterministic cases, each of which sets one convention apart from its
+neighbours, and explains what it returns there (conventions.py); conftest.py appends the result to
+the report of every failing property.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from attnspec.properties.conventions import (
+    convention_mismatch,
+    layer_convention_mismatch,
+    rope_convention_mismatch,
+)
+from attnspec.properties.target_checks import KEYWORDS
+from attnspec.properties.targets import LayerSpec, Target
+from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A small causal problem: attention of Tq queries over Tk keys, or a layer over T = Tq tokens."""
+
+    n_heads: int
+    n_kv_heads: int
+    tq: int
+    tk: int
+    window: int | None = None
+
+
+def attention_probes(target: Target) -> list[Probe]:
+    """One problem per convention the target's capabilities let it show, each free of the others:
+    a window of 3 over 8 keys (W+1, W-1 and no window all see other keys), 4 query heads over 2 KV
+    heads (tile-style GQA serves query head 1 from KV head 1), 3 queries over 7 keys (top-left
+    alignment moves every query; 7 over 3 for a target that has queries which see no key instead)."""
+    probes = [Probe(2, 2, 8, 8, window=3)] if target.supports("window") else []
+    probes += [Probe(4, 2, 6, 6)] if target.supports("gqa") else []
+    if target.supports("decode"):
+        probes.append(Probe(2, 2, 3, 7))
+    elif target.supports("blind"):
+        probes.append(Probe(2, 2, 7, 3))
+    return probes
+
+
+def layer_probes(target: Target) -> list[Probe]:
+    """The layer's problems: one for RoPE alone, then its window and its GQA each on their own."""
+    probes = [Probe(2, 2, 6, 6)]
+    probes += [Probe(2, 2, 8, 8, window=3)] if target.supports("window") else []
+    return probes + ([Probe(4, 2, 6, 6)] if target.supports("gqa") else [])
+
+
+def _randn(*shape: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(SEED + seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
+    q = _randn(1, probe.n_heads, probe.tq, 4, seed=1, dtype=dtype)
+    k, v = (_randn(1, probe.n_kv_heads, probe.tk, 4, seed=seed, dtype=dtype) for seed in (2, 3))
+    keywords = {**KEYWORDS, "window": probe.window}  # as the properties call it
+    out = target.attention(q.to(device), k.to(device), v.to(device), **keywords)
+    return convention_mismatch(out, attention_oracle(q, k, v, **keywords)[0], q, k, v, **keywords)
+
+
+def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
+    spec = LayerSpec(
+        12, probe.n_heads, probe.n_kv_heads, 4, probe.window, seed=SEED, dtype=dtype, device=device
+    )
+    layer = target.layer(spec)
+    x = _randn(1, probe.tq, spec.d_model, seed=4, dtype=dtype)
+    out = layer.forward(x.to(device), 0)
+    parameters = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks", "norm_weight", "eps", "residual")
+    keywords = {name: getattr(layer, name) for name in parameters}
+    keywords.update(
+        n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, window=spec.window
+    )
+    return layer_convention_mismatch(out, attention_layer_oracle(x, **keywords), x, **keywords)
+
+
+def rope_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    x, positions = _randn(1, 2, 5, 8, seed=5, dtype=dtype), [0, 3, 1, 7, 12]
+    out = target.rope(x.to(device), torch.tensor(positions, device=device), 10000.0)
+    return rope_convention_mismatch(out, rope_oracle(x, positions), x, positions, 10000.0)
+
+
+def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str | None:
+    """What ``target`` does instead of attnspec's conventions, one line per finding, found on small
+    deterministic problems within its capabilities (attention_probes, layer_probes, RoPE at a few
+    positions); None when it follows them there or misses the oracle in a way no other convention
+    explains.  A problem the target raises an error on tells nothing: its failing properties say why."""
+    dtype = torch.float64 if target.supports("float64") else torch.float32
+    checks = [partial(attention_finding, target, probe) for probe in attention_probes(target)]
+    checks += [partial(rope_finding, target)] if target.supports("rope") else []
+    if target.supports("layer"):
+        checks += [partial(layer_finding, target, probe) for probe in layer_probes(target)]
+    findings: list[str] = []
+    for check in checks:
+        try:
+            with torch.no_grad():
+                finding = check(device, dtype)
+        except Exception:  # whatever the target raises: no finding on this problem
+            continue
+        if finding is not None and finding not in findings:
+            findings.append(finding)
+    return "\n".join(findings) or None
