@@ -19,13 +19,20 @@ PROPERTIES = Path(__file__).resolve().parents[1]
 
 
 def run_properties(
-    impl: str, *args: str, profile: str | None = None, as_user: bool = False, env: dict | None = None
+    impl: str,
+    *args: str,
+    profile: str | None = None,
+    as_user: bool = False,
+    env: dict | None = None,
+    selection: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """pytest on the properties against ``impl``, under the Hypothesis ``profile`` (conftest.py) or,
-    when None, under this run's own; ``env`` adds environment variables.  ``as_user``: without the
-    mutation campaign's MUTANT_UNDER_TEST (which a campaign's clean run passes on), so that the
-    target is checked at load time as a user's run checks it."""
-    command = [sys.executable, "-m", "pytest", str(PROPERTIES), f"--ignore={PROPERTIES / 'meta_tests'}"]
+    """pytest on the properties (or the test ids in ``selection``) against ``impl``, under the
+    Hypothesis ``profile`` (conftest.py) or, when None, under this run's own; ``env`` adds
+    environment variables.  ``as_user``: without the mutation campaign's MUTANT_UNDER_TEST (which a
+    campaign's clean run passes on), so that the target is checked at load time as a user's run
+    checks it."""
+    command = [sys.executable, "-m", "pytest", *(selection or [str(PROPERTIES)])]
+    command += [f"--ignore={PROPERTIES / 'meta_tests'}"]
     command += ["-p", "no:cacheprovider", "-q", f"--impl={impl}"]
     run_env = {**os.environ, **(env or {})}
     if profile is not None:

@@ -24,17 +24,14 @@ where a group's needs are such a mix.  Every run uses this run's Hypothesis prof
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from attnspec.properties.meta_tests.kit_runs import PROPERTIES, run_properties
 from attnspec.properties.targets import CAPABILITIES
 from examples import toy_attention
 
-ROOT = Path(__file__).resolve().parents[2]
 TOY = "examples.toy_attention:attention"
 TOY_ENV = "ATTNSPEC_TOY_CAPABILITIES"
 # What the toy kernel supports, in the order of CAPABILITIES; the properties that need the kit's
@@ -58,7 +55,7 @@ def property_needs() -> dict[str, frozenset[str]]:
     """Node id -> the capabilities the property needs: its own needs marks and its module's
     ``pytestmark``, read from the source of properties/test_*.py."""
     needs = {}
-    for path in sorted((ROOT / "properties").glob("test_*.py")):
+    for path in sorted(PROPERTIES.glob("test_*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
         module_needs: set[str] = set()
         for node in tree.body:
@@ -69,7 +66,7 @@ def property_needs() -> dict[str, frozenset[str]]:
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 own = set().union(*(_needs_in(decorator) for decorator in node.decorator_list))
-                needs[f"properties/{path.name}::{node.name}"] = frozenset(module_needs | own)
+                needs[f"{path}::{node.name}"] = frozenset(module_needs | own)
     return needs
 
 
@@ -83,26 +80,21 @@ def groups() -> dict[tuple[str, ...], list[str]]:
     return dict(sorted(grouped.items(), key=lambda item: (len(item[0]), item[0])))
 
 
-def run_properties(capabilities: tuple[str, ...], selection: list[str]) -> subprocess.CompletedProcess:
-    """pytest on ``selection`` of the properties against the toy kernel declaring ``capabilities``,
-    under this run's Hypothesis profile, as a user runs it (without the mutation campaign's
-    MUTANT_UNDER_TEST, so the target is checked at load time)."""
-    command = [sys.executable, "-m", "pytest", *selection, "--ignore=properties/meta_tests"]
-    command += ["-p", "no:cacheprovider", "-q", f"--impl={TOY}"]
-    env = {**os.environ, TOY_ENV: ",".join(capabilities)}
-    env.pop("MUTANT_UNDER_TEST", None)
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def run_toy(capabilities: tuple[str, ...], selection: list[str]) -> subprocess.CompletedProcess:
+    """The properties in ``selection`` against the toy kernel declaring ``capabilities``, under this
+    run's Hypothesis profile, as a user runs them (the target checked at load time)."""
+    return run_properties(TOY, as_user=True, env={TOY_ENV: ",".join(capabilities)}, selection=selection)
 
 
 RUNS = [
     pytest.param(capabilities, node_ids, id="+".join(capabilities) or "none")
     for capabilities, node_ids in groups().items()
-] + [pytest.param(TOY_CAPABILITIES, ["properties"], id="all")]
+] + [pytest.param(TOY_CAPABILITIES, [str(PROPERTIES)], id="all")]
 
 
 @pytest.mark.parametrize("capabilities, selection", RUNS)
 def test_a_correct_target_passes_whatever_it_declares(capabilities, selection):
-    done = run_properties(capabilities, selection)
+    done = run_toy(capabilities, selection)
     output = done.stdout + done.stderr
     declared = ",".join(capabilities) or "(none)"
     tail = f"{TOY_ENV}={declared}\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
@@ -114,7 +106,7 @@ def test_a_correct_target_passes_whatever_it_declares(capabilities, selection):
 def test_every_attention_property_is_in_a_group():
     # The grouping reads the needs marks from the source: a property it missed would never run here.
     grouped = {node_id for node_ids in groups().values() for node_id in node_ids}
-    attention_level = {"properties/test_attention.py", "properties/test_gqa_sinks.py"}
+    attention_level = {str(PROPERTIES / "test_attention.py"), str(PROPERTIES / "test_gqa_sinks.py")}
     missed = [n for n in property_needs() if n.split("::")[0] in attention_level and n not in grouped]
     assert not missed, f"properties that no group runs: {missed}"
     assert ("weights",) in groups() and () in groups()
