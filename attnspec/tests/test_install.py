@@ -101,6 +101,12 @@ def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
     assert top == {"attnspec", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "attnspec/specs/requirements.toml" in names
     assert not [name for name in names if "meta_tests" in name or "/tests/" in name]
+    # what `attnspec check` runs on comes with it (this test's venv borrows them instead)
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    requires = re.findall(
+        r"^Requires-Dist: ([A-Za-z0-9_-]+)[^;\n]*$", zipfile.ZipFile(wheel).read(metadata).decode(), re.M
+    )
+    assert {"torch", "pytest", "hypothesis"} <= set(requires), requires
 
 
 def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
