@@ -1,8 +1,8 @@
 """The kit as an outsider gets it: the wheel, installed in a fresh venv, checks a module from an
 empty directory with `attnspec check`.
 
-The venv gets torch, pytest and Hypothesis from this environment (a .pth line to its
-site-packages, so nothing is downloaded) and attnspec from the wheel alone.
+The venv gets attnspec from the wheel alone, then torch, pytest and Hypothesis from this
+environment (a .pth line to its site-packages, so nothing is downloaded).
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ def wheel(tmp_path_factory) -> Path:
 def attnspec_command(wheel: Path, tmp_path_factory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv")
     venv.create(env_dir, with_pip=False)
-    (purelib,) = env_dir.glob("lib/python*/site-packages")
-    # torch, pytest and Hypothesis from here; attnspec only from the wheel
-    (purelib / "from-the-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     python = env_dir / "bin" / "python"
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q"]
     subprocess.run([*install, str(wheel)], check=True, capture_output=True, timeout=300)
+    # then torch, pytest and Hypothesis from here (after the install: pip would take this
+    # environment's own attnspec, an editable install under tox, for the wheel's)
+    (purelib,) = env_dir.glob("lib/python*/site-packages")
+    (purelib / "from-the-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    assert (env_dir / "bin" / "attnspec").exists(), "the wheel installed no attnspec command"
     return env_dir / "bin" / "attnspec"
 
 
