@@ -2,12 +2,20 @@
 
 Each operator has mutmut's operator shape: a function that takes one libcst node and yields
 mutated copies of it, registered as a ``(node type, function)`` pair in mutmut's operator list
-(``mutmut.mutation.mutators.mutation_operators``).  mutmut calls it on every node of that type
-inside a function or method body of impl/ and turns each yielded node into one mutant.
+(``mutmut.mutation.mutators.mutation_operators``).  A campaign calls it on every node of that
+type inside a function or method body and turns each yielded node into one mutant.
 
-An operator that only makes sense over several statements (post-norm, RoPE on V) works on a
-function's ``IndentedBlock`` and yields a whole new body: mutmut places a mutant by swapping
-one node of the function, and the body is the smallest node holding both changes.
+The operators recognise a fault by what the code does, in the idioms attention code is written
+in, not by impl/'s own names: a causal comparison is any order comparison between a key-like and
+a query-like index (``key_pos <= query_pos``, ``kv_idx <= q_idx``, ``j <= i``), a mask fill is
+``-inf`` in any spelling, ``torch.finfo(dtype).min`` or a ``min_dtype``-like variable handed to a
+fill call, the scale is ``/ sqrt(d)``, ``* scaling``, ``*= sm_scale``, ``d ** -0.5`` or a
+``scale=`` argument, and so on (each operator's docstring lists what it knows).  A fault may
+have several operators, one per idiom.
+
+An operator that only makes sense over several statements (post-norm, RoPE on V, sinks dropped
+with their column) works on a function's ``IndentedBlock`` and yields a whole new body: a
+mutant swaps one node of the function, and the body is the smallest node holding every change.
 
 This module imports nothing but libcst: the campaign copies it into its workspace, where the
 name ``mutants`` belongs to mutmut's output folder.
@@ -15,21 +23,24 @@ name ``mutants`` belongs to mutmut's output folder.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
+Operator = Callable[[cst.CSTNode], Iterator[cst.CSTNode]]
+
 
 @dataclass(frozen=True)
 class Fault:
     id: str
     description: str
-    source: str  # "ch8": course chapter 8; "book": the AttentionBlock chapter
+    source: str  # "ch8": course chapter 8; "book": the AttentionBlock chapter; "real": seen in real code
     kills: tuple[str, ...]  # requirement ids (specs/requirements.toml) expected to kill it
-    node_type: type[cst.CSTNode]
-    operator: Callable[[cst.CSTNode], Iterator[cst.CSTNode]]
+    operators: tuple[tuple[type[cst.CSTNode], Operator], ...]
+    reached_through: str  # what a target must expose for the kit to exercise the fault's sites
 
 
 # --- small matching helpers --------------------------------------------------------------------
@@ -42,6 +53,15 @@ def names_in(node: cst.CSTNode) -> set[str]:
 
 def mentions(node: cst.CSTNode, word: str) -> bool:
     return any(word in name for name in names_in(node))
+
+
+def words(node: cst.CSTNode) -> set[str]:
+    """The lower-case words of every identifier in ``node``: kv_idx -> {kv, idx}, keyPos -> {key, pos}."""
+    found: set[str] = set()
+    for name in names_in(node):
+        spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+        found.update(w for w in re.split(r"[_\d]+", spaced.lower()) if w)
+    return found
 
 
 def func_name(func: cst.BaseExpression) -> str:
@@ -63,21 +83,192 @@ def method_receiver(node: cst.CSTNode) -> cst.BaseExpression | None:
     return node.func.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
 
 
+def literal_int(node: cst.CSTNode) -> int | None:
+    """The value of an integer literal (``-1`` included), else None."""
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = literal_int(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def literal_float(node: cst.CSTNode) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = literal_float(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
 def int_args(node: cst.Call) -> list[int | None]:
-    return [int(a.value.value) if isinstance(a.value, cst.Integer) else None for a in node.args]
+    return [literal_int(a.value) for a in node.args]
+
+
+def positional(node: cst.Call) -> list[cst.Arg]:
+    return [a for a in node.args if a.keyword is None and not a.star]
+
+
+def keyword(node: cst.Call, *names: str) -> cst.Arg | None:
+    return next((a for a in node.args if a.keyword is not None and a.keyword.value in names), None)
 
 
 def without_comma(arg: cst.Arg) -> cst.Arg:
     return arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
 
 
-# --- F1 ----------------------------------------------------------------------------------------
+def replace_arg(node: cst.Call, old: cst.Arg, value: cst.BaseExpression) -> cst.Call:
+    return node.with_changes(args=[a.with_changes(value=value) if a is old else a for a in node.args])
 
 
-def operator_mask_fill_zero(node: cst.UnaryOperation) -> Iterator[cst.CSTNode]:
-    """-math.inf (or -torch.inf, -inf) -> 0.0: the mask adds 0 where it must add -inf."""
-    if isinstance(node.operator, cst.Minus) and func_name(node.expression) == "inf":
-        yield cst.Float("0.0")
+def drop_args(node: cst.Call, dropped: list[cst.Arg]) -> cst.Call:
+    kept = [a for a in node.args if not any(a is d for d in dropped)]
+    if kept:
+        kept[-1] = without_comma(kept[-1])
+    return node.with_changes(args=kept)
+
+
+def swap_args(args: list[cst.Arg], i: int) -> list[cst.Arg]:
+    """args with the values of positions i and i+1 exchanged (commas stay where they were)."""
+    swapped = list(args)
+    swapped[i] = args[i].with_changes(value=args[i + 1].value)
+    swapped[i + 1] = args[i + 1].with_changes(value=args[i].value)
+    return swapped
+
+
+def negated(expr: cst.BaseExpression) -> cst.BaseExpression:
+    value = literal_int(expr)
+    if value is not None:
+        return cst.parse_expression(str(-value))
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return expr.expression
+    return cst.UnaryOperation(
+        operator=cst.Minus(), expression=expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    )
+
+
+def plus(expr: cst.BaseExpression, n: int) -> cst.BaseExpression:
+    op = cst.Add() if n > 0 else cst.Subtract()
+    return cst.BinaryOperation(left=expr, operator=op, right=cst.Integer(str(abs(n))))
+
+
+ZERO = cst.Float("0.0")
+ONE = cst.Float("1.0")
+
+# Identifier words that mark an index or tensor as the key side or the query side of attention.
+KEY_WORDS = {"key", "keys", "k", "kv", "j", "col", "cols", "kpos", "kidx", "src"}
+QUERY_WORDS = {"query", "queries", "q", "i", "row", "rows", "qpos", "qidx", "tgt"}
+WINDOW_WORDS = {"window", "sliding", "win", "band"}
+
+
+# Words that name a query's position when nothing names a key (position, pos, p, t).
+POSITION_WORDS = {"position", "positions", "pos", "p", "t"}
+# Comparisons of sizes are not masks (q.shape[2] < k.shape[2]).
+SIZE_WORDS = {"shape", "size", "len", "numel", "dim", "ndim"}
+
+
+def key_like(node: cst.CSTNode) -> bool:
+    w = words(node)
+    return bool(w & KEY_WORDS) and not w & QUERY_WORDS and not w & SIZE_WORDS
+
+
+def query_like(node: cst.CSTNode) -> bool:
+    w = words(node)
+    if w & KEY_WORDS or w & SIZE_WORDS:
+        return False
+    return bool(w & QUERY_WORDS or w & POSITION_WORDS)
+
+
+def key_vs_query(left: cst.CSTNode, right: cst.CSTNode) -> bool:
+    return (key_like(left) and query_like(right)) or (query_like(left) and key_like(right))
+
+
+def mentions_window(node: cst.CSTNode) -> bool:
+    return bool(words(node) & WINDOW_WORDS)
+
+
+# --- F1: the mask has no effect ------------------------------------------------------------------
+
+FILL_CALLS = {"masked_fill", "masked_fill_", "where", "full", "new_full", "full_like", "fill_", "fill"}
+MASK_KEYWORDS = {"attn_mask", "attn_bias"}  # torch SDPA, xformers (attention_mask is often padding)
+
+
+def is_minus_inf(node: cst.CSTNode) -> bool:
+    """-inf, -math.inf, -torch.inf, -float("inf"), float("-inf")."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = node.expression
+        if func_name(inner) == "inf":
+            return True
+        if call_name(inner) == "float" and inner.args and m.matches(inner.args[0].value, m.SimpleString()):
+            return inner.args[0].value.evaluated_value.lower() in ("inf", "infinity")
+    if call_name(node) == "float" and node.args and m.matches(node.args[0].value, m.SimpleString()):
+        return node.args[0].value.evaluated_value.lower() in ("-inf", "-infinity")
+    return False
+
+
+def operator_mask_fill_zero(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The masked value becomes 0: -inf in any spelling, torch.finfo(dtype).min -> 0.0."""
+    if is_minus_inf(node):
+        yield ZERO
+    elif isinstance(node, cst.Attribute) and node.attr.value == "min" and call_name(node.value) == "finfo":
+        yield ZERO
+
+
+def fill_word(node: cst.CSTNode) -> bool:
+    """A variable that holds a fill value: min_dtype, mask_value, neg_inf, large_negative, ..."""
+    return isinstance(node, (cst.Name, cst.Attribute)) and bool(
+        words(node) & {"min", "inf", "neg", "negative", "fill"}
+    )
+
+
+def operator_mask_not_applied(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """A mask that is built but has no effect: masked_fill(m, fill) with a fill variable -> 0.0,
+    scores.masked_fill(m, v) -> scores, scores.add_(mask) -> scores, is_causal=True -> False,
+    attn_mask=m -> attn_mask=None."""
+    name = call_name(node)
+    if name in FILL_CALLS:
+        for arg in node.args:
+            if fill_word(arg.value):
+                yield replace_arg(node, arg, ZERO)
+    receiver = method_receiver(node)
+    if name in ("masked_fill", "masked_fill_") and receiver is not None:
+        yield receiver
+    if (
+        name in ("add", "add_")
+        and receiver is not None
+        and len(node.args) == 1
+        and mentions(node.args[0], "mask")
+    ):
+        yield receiver
+    causal = keyword(node, "is_causal")
+    if causal is not None and m.matches(causal.value, m.Name("True")):
+        yield replace_arg(node, causal, cst.Name("False"))
+    mask = keyword(node, *MASK_KEYWORDS)
+    if mask is not None and not m.matches(mask.value, m.Name("None")):
+        yield replace_arg(node, mask, cst.Name("None"))
+
+
+def mask_operand(node: cst.CSTNode) -> bool:
+    """A mask held in a variable: mask, attention_mask, self.causal_mask, mask[None, None]."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return isinstance(node, (cst.Name, cst.Attribute)) and "mask" in words(node)
+
+
+def operator_mask_not_added(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """scores + mask -> scores, and the statement scores += mask -> pass."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        if mask_operand(node.right) and not mask_operand(node.left):
+            yield node.left
+        elif mask_operand(node.left) and not mask_operand(node.right):
+            yield node.right
+    if (
+        isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and mask_operand(node.value)
+    ):
+        yield cst.Pass()
 
 
 # --- F2 ----------------------------------------------------------------------------------------
@@ -91,55 +282,149 @@ _MIRRORED = {
 
 
 def operator_flip_triangle(node: cst.Comparison) -> Iterator[cst.CSTNode]:
-    """key <= query -> key >= query (and the band bound key > query - W -> key < query - W)."""
+    """key <= query -> key >= query, for any key-like and query-like index (kv_idx <= q_idx,
+    j <= i, key_pos > query_pos - W): the causal triangle and the band bound mirrored."""
     if len(node.comparisons) != 1:
         return
     target = node.comparisons[0]
     mirrored = _MIRRORED.get(type(target.operator))
-    left, right = node.left, target.comparator
-    key_vs_query = (mentions(left, "key") and mentions(right, "query")) or (
-        mentions(left, "query") and mentions(right, "key")
-    )
-    if mirrored and key_vs_query:
+    if mirrored and key_vs_query(node.left, target.comparator):
         yield node.with_changes(comparisons=[target.with_changes(operator=mirrored())])
+
+
+def diagonal_arg(node: cst.Call) -> cst.Arg | None:
+    given = keyword(node, "diagonal")
+    if given is not None:
+        return given
+    args = positional(node)
+    return args[1] if len(args) > 1 else None
+
+
+def operator_swap_tril_triu(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """tril(x, diagonal=d) <-> triu(x, diagonal=-d): the other triangle is kept or masked."""
+    name = call_name(node)
+    other = {"tril": "triu", "triu": "tril", "tril_": "triu_", "triu_": "tril_"}.get(name)
+    if other is None:
+        return
+    func = node.func
+    func = func.with_changes(attr=cst.Name(other)) if isinstance(func, cst.Attribute) else cst.Name(other)
+    diagonal = diagonal_arg(node)
+    flipped = node.with_changes(func=func)
+    if diagonal is not None:
+        flipped = replace_arg(flipped, diagonal, negated(diagonal.value))
+    yield flipped
 
 
 # --- F3 ----------------------------------------------------------------------------------------
 
+SCALE_NAMES = {
+    "scale",
+    "scaling",
+    "sm_scale",
+    "softmax_scale",
+    "attn_scale",
+    "attention_scale",
+    "qk_scale",
+    "scale_factor",
+    "inv_scale",
+}
+SCALE_KEYWORDS = {"scale", "scaling", "sm_scale", "softmax_scale"}
+
+
+def scale_like(node: cst.CSTNode) -> bool:
+    """A Name or attribute called like a softmax scale (scale, self.scaling, sm_scale, ...)."""
+    if isinstance(node, cst.Name):
+        return node.value.lower() in SCALE_NAMES
+    if isinstance(node, cst.Attribute):
+        return node.attr.value.lower() in SCALE_NAMES
+    return False
+
+
+def is_square_root(node: cst.CSTNode) -> bool:
+    """sqrt(d), math.sqrt(d), d ** 0.5, d ** (1 / 2)."""
+    if call_name(node) == "sqrt":
+        return True
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Power)
+        and literal_float(node.right) == 0.5
+    )
+
 
 def operator_drop_scale(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
-    """a / sqrt(d) -> a, and scores * scale -> scores: the 1/sqrt(d_k) factor is lost."""
-    if isinstance(node.operator, cst.Divide) and call_name(node.right) == "sqrt":
+    """The 1/sqrt(d_k) factor is lost: a / sqrt(d) -> a, a / d ** 0.5 -> a, scores * scale ->
+    scores (any softmax-scale name), d ** -0.5 -> 1.0."""
+    if isinstance(node.operator, cst.Divide) and is_square_root(node.right):
         yield node.left
     if isinstance(node.operator, cst.Multiply):
-        if m.matches(node.right, m.Name("scale")):
+        if scale_like(node.right):
             yield node.left
-        elif m.matches(node.left, m.Name("scale")):
+        elif scale_like(node.left):
             yield node.right
+    if isinstance(node.operator, cst.Power) and literal_float(node.right) == -0.5:
+        yield ONE
+
+
+def operator_drop_scale_statement(node: cst.AugAssign) -> Iterator[cst.CSTNode]:
+    """scores *= sm_scale -> pass, scores /= sqrt(d) -> pass."""
+    if isinstance(node.operator, cst.MultiplyAssign) and scale_like(node.value):
+        yield cst.Pass()
+    if isinstance(node.operator, cst.DivideAssign) and is_square_root(node.value):
+        yield cst.Pass()
+
+
+def operator_unit_scale_argument(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """f(..., scale=s) -> f(..., scale=1.0) (also scaling=, sm_scale=, softmax_scale=)."""
+    arg = keyword(node, *SCALE_KEYWORDS)
+    if arg is not None and not m.matches(arg.value, m.Name("None")) and literal_float(arg.value) != 1.0:
+        yield replace_arg(node, arg, ONE)
 
 
 # --- F4 ----------------------------------------------------------------------------------------
 
+SWAPS_HEADS_AND_TOKENS = ([1, 2], [2, 1], [-2, -3], [-3, -2])
+SEQUENCE_WORDS = {"t", "seq", "len", "tokens", "slen", "seqlen", "length", "tq", "tk", "time"}
+
+
+def heads_like(node: cst.CSTNode) -> bool:
+    """n_heads, num_key_value_heads, self.n_head, H (not head_dim)."""
+    w = words(node)
+    return (
+        bool(w & {"heads", "nh"})
+        or ("head" in w and not w & {"dim", "size", "d"})
+        or m.matches(node, m.Name("H"))
+    )
+
+
+def tokens_like(node: cst.CSTNode) -> bool:
+    return literal_int(node) == -1 or bool(words(node) & SEQUENCE_WORDS) or m.matches(node, m.Name("T"))
+
 
 def operator_confuse_head_axes(node: cst.Call) -> Iterator[cst.CSTNode]:
-    """x.view(B, T, H, d).transpose(1, 2): transpose dropped, or view(B, H, T, d) without it;
-    x.transpose(1, 2).reshape(B, T, D): merged without the transpose."""
+    """Head and token axes confused.  Split: x.view(...).transpose(1, 2) -> x.view(...);
+    view(B, T, H, d) -> view(B, H, T, d) and view(T, H, d) -> view(H, T, d).  Merge:
+    x.transpose(1, 2).reshape(...) (or .contiguous(), .view(...)) without the transpose;
+    x.permute(0, 2, 1, 3) -> x."""
     inner = method_receiver(node)
-    if call_name(node) == "transpose" and int_args(node) == [1, 2]:
-        if call_name(inner) in ("view", "reshape") and len(inner.args) == 4:
+    name = call_name(node)
+    if name == "transpose" and int_args(node) in SWAPS_HEADS_AND_TOKENS:
+        if call_name(inner) in ("view", "reshape"):
             yield inner  # split: (B, T, H, d) returned as it is
-            a = inner.args
-            swapped = [a[0], a[2].with_changes(comma=a[1].comma), a[1].with_changes(comma=a[2].comma), a[3]]
-            yield inner.with_changes(args=swapped)  # split: view(B, H, T, d) straight away
-    if (
-        call_name(node) in ("view", "reshape")
-        and call_name(inner) == "transpose"
-        and int_args(inner) == [1, 2]
-    ):
-        yield node.with_changes(func=node.func.with_changes(value=method_receiver(inner)))  # merge
+    if name in ("view", "reshape", "contiguous", "flatten") and call_name(inner) == "transpose":
+        if int_args(inner) in SWAPS_HEADS_AND_TOKENS:
+            yield node.with_changes(func=node.func.with_changes(value=method_receiver(inner)))  # merge
+    if name == "permute" and int_args(node) == [0, 2, 1, 3]:
+        yield inner
+    if name in ("view", "reshape") and not any(a.keyword or a.star for a in node.args):
+        args = list(node.args)
+        for i in range(len(args) - 2):  # the last axis is the head size
+            if tokens_like(args[i].value) and heads_like(args[i + 1].value) and not heads_like(args[i].value):
+                yield node.with_changes(args=swap_args(args, i))
 
 
 # --- F5 ----------------------------------------------------------------------------------------
+
+RESIDUAL_NAMES = {"x", "h", "residual", "shortcut", "skip", "identity", "inputs", "hidden_states", "hidden"}
 
 
 def operator_break_residual(node: cst.Return) -> Iterator[cst.CSTNode]:
@@ -150,6 +435,28 @@ def operator_break_residual(node: cst.Return) -> Iterator[cst.CSTNode]:
     yield node.with_changes(value=value.right)
     normed = cst.Call(func=cst.parse_expression("self.norm"), args=[cst.Arg(value.left)])
     yield node.with_changes(value=value.with_changes(left=normed))
+
+
+def residual_name(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and (node.value in RESIDUAL_NAMES or "residual" in node.value)
+
+
+def operator_drop_residual_sum(node: cst.Assign) -> Iterator[cst.CSTNode]:
+    """h = residual + h -> h = h, t = x + t -> t = t, h = residual + dropout(a) -> h = dropout(a):
+    the residual branch is dropped from a sum written as an assignment."""
+    value = node.value
+    if not m.matches(value, m.BinaryOperation(operator=m.Add())):
+        return
+    left, right = value.left, value.right
+    if m.matches(left, m.Name()) and m.matches(right, m.Name()) and left.value == right.value:
+        return
+    if residual_name(left) and not residual_name(right):
+        yield node.with_changes(value=right)
+    elif residual_name(right) and not residual_name(left):
+        yield node.with_changes(value=left)
+    elif residual_name(left) and residual_name(right):  # h = residual + h: the saved input is the residual
+        kept = right if "residual" in left.value or left.value == "x" else left
+        yield node.with_changes(value=kept)
 
 
 # --- F6 and F7: whole-body operators ------------------------------------------------------------
@@ -163,6 +470,10 @@ def residual_return(body: cst.IndentedBlock) -> cst.Return | None:
         if m.matches(ret.value, m.BinaryOperation(operator=m.Add(), left=m.Name())):
             return ret
     return None
+
+
+def is_norm_call(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and "norm" in func_name(node.func).lower()
 
 
 def operator_post_norm(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
@@ -195,6 +506,30 @@ def assigned(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
     return None
 
 
+def operator_post_norm_statements(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """h = norm(x); ...; y = r + h -> h = x; ...; y = norm(r + h): the first sublayer of a
+    decoder layer written statement by statement (Hugging Face, gpt-oss) becomes post-norm."""
+    statements = list(node.body)
+    for i, statement in enumerate(statements):
+        first = assigned(statement)
+        if not first or not is_norm_call(first[1]) or len(first[1].args) != 1:
+            continue
+        if not isinstance(first[1].args[0].value, cst.Name):
+            continue
+        for later in statements[i + 1 :]:
+            second = assigned(later)
+            if second and m.matches(second[1], m.BinaryOperation(operator=m.Add(), left=m.Name())):
+                unnormed = statement.deep_replace(first[1], first[1].args[0].value)
+                post = later.deep_replace(second[1], first[1].with_changes(args=[cst.Arg(second[1])]))
+                body = [unnormed if s is statement else post if s is later else s for s in statements]
+                yield node.with_changes(body=body)
+                return
+        return
+
+
+ROPE_WORDS = {"rope", "rotary", "rotate", "rot"}
+
+
 def operator_rope_on_v(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
     """v = split(v) -> v = rope(split(v), ...): V rotated exactly the way K is."""
     assignments = [a for a in map(assigned, node.body) if a]
@@ -213,20 +548,111 @@ def operator_rope_on_v(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
     yield node.deep_replace(v_value, rotated)
 
 
+def is_rotation(func: cst.CSTNode) -> bool:
+    """rope, apply_rope, self.rotary, apply_rotary_pos_emb, ..."""
+    return bool(words(func) & ROPE_WORDS) or {"pos", "emb"} <= words(func)
+
+
+def pair_rotation(statement: cst.CSTNode) -> tuple[cst.Assign, cst.Call] | None:
+    """``q, k = rope(q, k, ...)`` (any rotary call on two tensors that it rotates in place)."""
+    pattern = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]))]
+            )
+        ]
+    )
+    if not m.matches(statement, pattern):
+        return None
+    assign = statement.body[0]
+    call = assign.value
+    if not (isinstance(call, cst.Call) and is_rotation(call.func)):
+        return None
+    targets = [e.value.value for e in assign.targets[0].target.elements]
+    args = [a.value.value if isinstance(a.value, cst.Name) else None for a in call.args[:2]]
+    return (assign, call) if targets == args else None
+
+
+def value_name(body: cst.IndentedBlock) -> str | None:
+    """The name the body keeps its values in (v, value, values, value_states, V, ...)."""
+    names = [a[0] for a in map(assigned, body.body) if a]
+    for name in names:
+        if name in ("v", "V", "value", "values") or name.startswith(("value_", "v_")):
+            return name
+    return None
+
+
+def operator_rope_on_v_pair(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """q, k = rope(q, k, *rest) -> the same, then v, _ = rope(v, v, *rest): V rotated too."""
+    v = value_name(node)
+    if v is None:
+        return
+    for i, statement in enumerate(node.body):
+        found = pair_rotation(statement)
+        if found:
+            _, call = found
+            rotated = call.with_changes(
+                args=[
+                    call.args[0].with_changes(value=cst.Name(v)),
+                    call.args[1].with_changes(value=cst.Name(v)),
+                    *call.args[2:],
+                ]
+            )
+            extra = cst.SimpleStatementLine(
+                body=[cst.Assign(targets=[cst.AssignTarget(cst.parse_expression(f"{v}, _"))], value=rotated)]
+            )
+            body = list(node.body)
+            body.insert(i + 1, extra)
+            yield node.with_changes(body=body)
+            return
+
+
+def operator_drop_rope(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """RoPE not applied: q, k = rope(q, k, ...) -> pass, and q = rope(x, ...) -> q = x."""
+    changed = False
+    body = []
+    for statement in node.body:
+        if pair_rotation(statement):
+            body.append(cst.SimpleStatementLine(body=[cst.Pass()]))
+            changed = True
+            continue
+        found = assigned(statement)
+        if found and isinstance(found[1], cst.Call) and "rope" in words(found[1].func) and found[1].args:
+            body.append(statement.deep_replace(found[1], found[1].args[0].value))
+            changed = True
+            continue
+        body.append(statement)
+    if changed:
+        yield node.with_changes(body=body)
+
+
 # --- F8 ----------------------------------------------------------------------------------------
 
 
 def operator_window_layers(node: cst.Comparison) -> Iterator[cst.CSTNode]:
-    """layer_idx % 2 == 0 -> != 0 (window on odd layers) and -> True (window on every layer)."""
-    if len(node.comparisons) != 1 or not m.matches(node.left, m.BinaryOperation(operator=m.Modulo())):
-        return
-    if not any("layer" in name for name in names_in(node.left)):
+    """layer_idx % 2 == 0 -> != 0 (window on odd layers) and -> True (window on every layer);
+    layer_type == "sliding_attention" -> != and -> True."""
+    if len(node.comparisons) != 1:
         return
     target = node.comparisons[0]
     flipped = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
-    if flipped:
+    if not flipped:
+        return
+    parity = m.matches(node.left, m.BinaryOperation(operator=m.Modulo())) and "layer" in words(node.left)
+    sliding = any(
+        isinstance(side, cst.SimpleString) and "sliding" in side.evaluated_value
+        for side in (node.left, target.comparator)
+    )
+    if parity or sliding:
         yield node.with_changes(comparisons=[target.with_changes(operator=flipped())])
         yield cst.Name("True")
+
+
+def operator_window_not_passed(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """f(..., window=w) -> f(..., window=None) (also sliding_window=): the window never arrives."""
+    arg = keyword(node, "window", "sliding_window", "window_size")
+    if arg is not None and not m.matches(arg.value, m.Name("None")):
+        yield replace_arg(node, arg, cst.Name("None"))
 
 
 # --- F9 ----------------------------------------------------------------------------------------
@@ -254,10 +680,7 @@ def operator_ignore_sinks(node: cst.Call) -> Iterator[cst.CSTNode]:
     """f(..., sinks=s) -> f(...), and cat([scores, sink_column]) -> scores."""
     sink_args = [a for a in node.args if a.keyword and "sink" in a.keyword.value]
     if sink_args:
-        kept = [a for a in node.args if a not in sink_args]
-        if kept:
-            kept[-1] = without_comma(kept[-1])
-        yield node.with_changes(args=kept)
+        yield drop_args(node, sink_args)
     if call_name(node) == "cat" and node.args and isinstance(node.args[0].value, cst.List):
         elements = node.args[0].value.elements
         kept = [e for e in elements if not any("sink" in n for n in names_in(e.value))]
@@ -265,6 +688,45 @@ def operator_ignore_sinks(node: cst.Call) -> Iterator[cst.CSTNode]:
             yield (
                 kept[0].value if len(kept) == 1 else node.with_deep_changes(node.args[0].value, elements=kept)
             )
+
+
+def last_column_concat(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """``scores`` for cat([scores, extra], dim=-1) / cat((scores, extra), -1), else None."""
+    if call_name(node) not in ("cat", "concat", "concatenate") or not node.args:
+        return None
+    listed = node.args[0].value
+    if not isinstance(listed, (cst.List, cst.Tuple)) or len(listed.elements) != 2:
+        return None
+    dim = keyword(node, "dim", "axis") or (positional(node)[1] if len(positional(node)) > 1 else None)
+    return listed.elements[0].value if dim is not None and literal_int(dim.value) == -1 else None
+
+
+def drops_last_column(node: cst.CSTNode) -> bool:
+    """x[..., :-1]"""
+    return m.matches(
+        node,
+        m.Subscript(
+            slice=[
+                m.SubscriptElement(m.Index(m.Ellipsis())),
+                m.SubscriptElement(
+                    m.Slice(lower=None, upper=m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1")))
+                ),
+            ]
+        ),
+    )
+
+
+def operator_sink_column_dropped(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """s = cat([scores, sinks], dim=-1); ...; w = p[..., :-1] -> s = scores; ...; w = p: the sink
+    column never enters the softmax (whatever the sinks are called)."""
+    concats = m.findall(node, m.MatchIfTrue(lambda n: last_column_concat(n) is not None))
+    drops = m.findall(node, m.MatchIfTrue(drops_last_column))
+    if len(concats) != 1 or not drops:
+        return
+    body = m.replace(
+        node, m.MatchIfTrue(lambda n: last_column_concat(n) is not None), lambda n, _: last_column_concat(n)
+    )
+    yield m.replace(body, m.MatchIfTrue(drops_last_column), lambda n, _: n.value)
 
 
 # --- F11 ---------------------------------------------------------------------------------------
@@ -279,14 +741,13 @@ def operator_evict_off_by_one(node: cst.Call) -> Iterator[cst.CSTNode]:
         return
     for i, arg in enumerate(node.args):
         if func_name(arg.value) == "window" or m.matches(arg.value, m.Name("window")):
-            for op in (cst.Add(), cst.Subtract()):
-                off = cst.BinaryOperation(left=arg.value, operator=op, right=cst.Integer("1"))
+            for n in (1, -1):
                 args = list(node.args)
-                args[i] = arg.with_changes(value=off)
+                args[i] = arg.with_changes(value=plus(arg.value, n))
                 yield node.with_changes(args=args)
 
 
-# --- F12: whole-body operator ------------------------------------------------------------------
+# --- F12 ---------------------------------------------------------------------------------------
 
 
 def rope_offset_arg(node: cst.CSTNode) -> bool:
@@ -305,132 +766,342 @@ def operator_rope_offset_ignored(node: cst.IndentedBlock) -> Iterator[cst.CSTNod
         return
 
     def drop_offset(call: cst.Call, _: object) -> cst.Call:
-        kept = [a for a in call.args if not rope_offset_arg(a)]
-        kept[-1] = without_comma(kept[-1])
-        return call.with_changes(args=kept)
+        return drop_args(call, [a for a in call.args if rope_offset_arg(a)])
 
     yield m.replace(node, rope_with_offset, drop_offset)
+
+
+OFFSET_WORDS = {"offset", "past", "seen", "start", "cache", "prefix"}
+
+
+def operator_positions_from_zero(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """arange(T) + past_seen_tokens -> arange(T): new tokens numbered from 0 in decode."""
+    if not isinstance(node.operator, cst.Add):
+        return
+    for this, other in ((node.left, node.right), (node.right, node.left)):
+        if call_name(this) == "arange" and words(other) & OFFSET_WORDS:
+            yield this
 
 
 # --- F13 ---------------------------------------------------------------------------------------
 
 
 def operator_swap_cached_kv(node: cst.Call) -> Iterator[cst.CSTNode]:
-    """cache.update(k, v, ...) / self.write(k, v) -> (v, k, ...): keys and values swapped on
-    their way into the cache."""
-    if call_name(node) not in ("update", "write") or len(node.args) < 2:
+    """cache.update(k, v, ...) / self.write(key_states, value_states) -> (v, k, ...): keys and
+    values swapped on their way into the cache."""
+    if call_name(node) not in ("update", "write", "append", "store") or len(node.args) < 2:
         return
     first, second = node.args[0], node.args[1]
-    if m.matches(first.value, m.Name("k")) and m.matches(second.value, m.Name("v")):
-        swapped = [first.with_changes(value=second.value), second.with_changes(value=first.value)]
-        yield node.with_changes(args=[*swapped, *node.args[2:]])
+    if first.keyword or second.keyword:
+        return
+    key_words = words(first.value) & {"k", "key", "keys"}
+    value_words = words(second.value) & {"v", "value", "values"}
+    if key_words and value_words:
+        yield node.with_changes(args=swap_args(list(node.args), 0))
 
 
+# --- F14, F15, F16: siblings of the chapters' faults that real code shows -------------------------
+
+
+def dim_arg(node: cst.Call, position: int) -> cst.Arg | None:
+    given = keyword(node, "dim", "axis")
+    if given is not None:
+        return given
+    args = positional(node)
+    return args[position] if len(args) > position else None
+
+
+TENSOR_LIBRARIES = {"torch", "F", "functional", "nn", "special"}
+# What attention code calls the logits it normalises (scores, attn_weights, QK, combined_logits, ...).
+SCORE_WORDS = {
+    "scores",
+    "score",
+    "logits",
+    "logit",
+    "attn",
+    "attention",
+    "weights",
+    "qk",
+    "att",
+    "sim",
+    "dots",
+}
+
+
+def is_method_call(node: cst.Call) -> bool:
+    """x.f(...) on a tensor, not torch.f(...) or F.f(...)."""
+    receiver = method_receiver(node)
+    return receiver is not None and func_name(receiver) not in TENSOR_LIBRARIES
+
+
+def operator_softmax_axis(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """softmax(scores, dim=-1) -> softmax(scores, dim=-2) (also s.softmax(-1), dim=3 -> 2):
+    normalised over the queries instead of the keys.  Only the softmax of attention logits
+    (named scores, logits, attn_weights, QK, ...): a router's softmax is not attention."""
+    if call_name(node) == "sum" and is_method_call(node) and exponentials(method_receiver(node)):
+        yield from normalised_over_queries(node, dim_arg(node, 0))  # a softmax written out: e / e.sum(-1)
+        return
+    if call_name(node) not in ("softmax", "log_softmax", "_softmax", "safe_softmax"):
+        return
+    operand = method_receiver(node) if is_method_call(node) else (node.args[0].value if node.args else None)
+    if operand is None or not words(operand) & SCORE_WORDS:  # a router's or a sampler's softmax
+        return
+    yield from normalised_over_queries(node, dim_arg(node, 0 if is_method_call(node) else 1))
+
+
+def exponentials(node: cst.CSTNode) -> bool:
+    """exps, p, torch.exp(...): what a written-out softmax sums."""
+    return call_name(node) == "exp" or bool(words(node) & {"exp", "exps", "p", "probs", "numerator", "e"})
+
+
+def normalised_over_queries(node: cst.Call, arg: cst.Arg | None) -> Iterator[cst.CSTNode]:
+    value = None if arg is None else literal_int(arg.value)
+    if value == -1:
+        yield replace_arg(node, arg, cst.parse_expression("-2"))
+    elif value is not None and value >= 1:
+        yield replace_arg(node, arg, cst.Integer(str(value - 1)))
+
+
+def operator_gqa_tile_order(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """KV heads repeated in tile order (h -> h mod Hkv) instead of interleaved (h -> h // r):
+    repeat_interleave(x, r, dim=d) -> cat([x] * r, dim=d); x[:, :, None].expand(B, Hkv, r, ...)
+    -> x[:, None].expand(B, r, Hkv, ...); view(..., Hkv, r, ...) -> view(..., r, Hkv, ...)."""
+    name = call_name(node)
+    if name == "repeat_interleave":
+        receiver = method_receiver(node)
+        args = positional(node)
+        if is_method_call(node):
+            tensor, repeats = receiver, args[0].value if args else None
+        else:
+            tensor, repeats = (args[0].value if args else None), (args[1].value if len(args) > 1 else None)
+        dim = keyword(node, "dim")
+        if tensor is not None and repeats is not None and dim is not None:
+            yield cst.parse_expression("torch.cat([__tensor__] * (__repeats__), dim=__dim__)").visit(
+                _Fill({"__tensor__": tensor, "__repeats__": repeats, "__dim__": dim.value})
+            )
+    if name == "expand":
+        receiver = method_receiver(node)
+        if isinstance(receiver, cst.Subscript):
+            elements = list(receiver.slice)
+            spots = [
+                i for i, e in enumerate(elements) if m.matches(e, m.SubscriptElement(m.Index(m.Name("None"))))
+            ]
+            args = list(node.args)
+            if len(spots) == 1 and spots[0] >= 1 and len(args) == len(elements):
+                p = spots[0]
+                moved = list(elements)
+                moved[p - 1], moved[p] = (
+                    elements[p].with_changes(comma=elements[p - 1].comma),
+                    elements[p - 1].with_changes(comma=elements[p].comma),
+                )
+                yield node.with_changes(
+                    func=node.func.with_changes(value=receiver.with_changes(slice=moved)),
+                    args=swap_args(args, p - 1),
+                )
+    if name in ("view", "reshape") and not any(a.keyword or a.star for a in node.args):
+        args = list(node.args)
+        for i in range(len(args) - 1):
+            kv = words(args[i].value) & {"kv"} or {"key", "value"} <= words(args[i].value)
+            group = isinstance(args[i + 1].value, cst.BinaryOperation) and isinstance(
+                args[i + 1].value.operator, cst.FloorDivide
+            )
+            group = group or bool(words(args[i + 1].value) & {"mult", "rep", "group", "groups", "repeats"})
+            if kv and group:
+                yield node.with_changes(args=swap_args(args, i))
+
+
+class _Fill(cst.CSTTransformer):
+    """Puts expressions in place of placeholder names in a parsed template."""
+
+    def __init__(self, fills: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.fills = fills
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.fills.get(original.value, updated)
+
+
+def window_bound_toggled(target: cst.ComparisonTarget) -> cst.ComparisonTarget | None:
+    toggled = {
+        cst.LessThan: cst.LessThanEqual,
+        cst.LessThanEqual: cst.LessThan,
+        cst.GreaterThan: cst.GreaterThanEqual,
+        cst.GreaterThanEqual: cst.GreaterThan,
+    }.get(type(target.operator))
+    return target.with_changes(operator=toggled()) if toggled else None
+
+
+def operator_window_bound(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The window's bound off by one (W+1 keys: an inclusive bound, or W-1):
+    kv_idx > q_idx - W -> kv_idx >= q_idx - W; tril(x, diagonal=-W) -> diagonal=-W - 1 and -W + 1."""
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        target = node.comparisons[0]
+        left, right = node.left, target.comparator
+        indices = (words(left) | words(right)) & (KEY_WORDS | QUERY_WORDS)
+        if (mentions_window(left) or mentions_window(right)) and indices:
+            toggled = window_bound_toggled(target)
+            if toggled is not None:
+                yield node.with_changes(comparisons=[toggled])
+    if call_name(node) in ("tril", "triu", "tril_", "triu_"):
+        diagonal = diagonal_arg(node)
+        if diagonal is not None and mentions_window(diagonal.value):
+            for n in (-1, 1):
+                yield replace_arg(node, diagonal, plus(diagonal.value, n))
+
+
+CORE = "the attention core (every target has it)"
 FAULTS: tuple[Fault, ...] = (
     Fault(
         "F1",
-        "mask adds 0 instead of -inf (additive_mask fill value)",
+        "mask adds 0 instead of -inf (fill value 0, or the mask built but never applied)",
         "ch8",
         ("MASK-3", "ATTN-2", "ATTN-9"),
-        cst.UnaryOperation,
-        operator_mask_fill_zero,
+        (
+            (cst.UnaryOperation, operator_mask_fill_zero),
+            (cst.Call, operator_mask_fill_zero),
+            (cst.Attribute, operator_mask_fill_zero),
+            (cst.Call, operator_mask_not_applied),
+            (cst.BinaryOperation, operator_mask_not_added),
+            (cst.AugAssign, operator_mask_not_added),
+        ),
+        CORE,
     ),
     Fault(
         "F2",
-        "upper/lower triangle flipped (causal comparison and band bound mirrored)",
+        "upper/lower triangle flipped (causal comparison, band bound or tril/triu mirrored)",
         "ch8",
         ("MASK-1", "MASK-2", "ATTN-2", "ATTN-9"),
-        cst.Comparison,
-        operator_flip_triangle,
+        ((cst.Comparison, operator_flip_triangle), (cst.Call, operator_swap_tril_triu)),
+        CORE,
     ),
     Fault(
         "F3",
         "missing 1/sqrt(d_k) scale (default scale 1, or the * scale dropped)",
         "ch8",
         ("ATTN-6", "ATTN-4"),
-        cst.BinaryOperation,
-        operator_drop_scale,
+        (
+            (cst.BinaryOperation, operator_drop_scale),
+            (cst.AugAssign, operator_drop_scale_statement),
+            (cst.Call, operator_unit_scale_argument),
+        ),
+        CORE + ", or a layer (the 'layer' capability) for a scale set at construction",
     ),
     Fault(
         "F4",
-        "head and sequence axes confused in split_heads / merge_heads",
+        "head and sequence axes confused in the head split or merge",
         "ch8",
-        ("HEAD-1", "BLOCK-1"),
-        cst.Call,
-        operator_confuse_head_axes,
+        ("HEAD-1", "BLOCK-1", "LAYER-1"),
+        ((cst.Call, operator_confuse_head_axes),),
+        "a layer (the 'layer' capability), or the core where it reshapes heads",
     ),
     Fault(
         "F5",
         "residual branch dropped, or added to the normalised input",
         "ch8",
         ("BLOCK-1", "BLOCK-2"),
-        cst.Return,
-        operator_break_residual,
+        ((cst.Return, operator_break_residual), (cst.Assign, operator_drop_residual_sum)),
+        "a layer with its residual (a 'layer' with residual=True), or a decoder layer",
     ),
     Fault(
         "F6",
         "post-norm instead of pre-norm (norm after the residual sum)",
         "book",
         ("BLOCK-1", "BLOCK-2"),
-        cst.IndentedBlock,
-        operator_post_norm,
+        ((cst.IndentedBlock, operator_post_norm), (cst.IndentedBlock, operator_post_norm_statements)),
+        "a layer with its pre-norm (a 'layer' with norm_weight), or a decoder layer",
     ),
     Fault(
         "F7",
-        "RoPE applied to V as well as Q and K",
+        "RoPE applied to V as well as Q and K, or not applied at all",
         "book",
-        ("ROPE-4", "BLOCK-1"),
-        cst.IndentedBlock,
-        operator_rope_on_v,
+        ("ROPE-4", "BLOCK-1", "LAYER-1"),
+        (
+            (cst.IndentedBlock, operator_rope_on_v),
+            (cst.IndentedBlock, operator_rope_on_v_pair),
+            (cst.IndentedBlock, operator_drop_rope),
+        ),
+        "a layer (the 'layer' capability) that applies RoPE",
     ),
     Fault(
         "F8",
-        "sliding window on the wrong layers (odd layers, or every layer)",
+        "sliding window on the wrong layers (odd layers, every layer, or never passed on)",
         "book",
         ("MASK-4", "RF-2"),
-        cst.Comparison,
-        operator_window_layers,
+        ((cst.Comparison, operator_window_layers), (cst.Call, operator_window_not_passed)),
+        "a layer built for a windowed and a full position of the schedule, or a stack of layers",
     ),
     Fault(
         "F9",
         "n_heads % n_kv_heads and even head_dim checks removed",
         "book",
         ("ERR-2",),
-        cst.If,
-        operator_drop_divisibility_check,
+        ((cst.If, operator_drop_divisibility_check),),
+        "the constructor checks (impl's ERR-2 properties)",
     ),
     Fault(
         "F10",
         "sinks ignored (not passed, or the sink column dropped before the softmax)",
         "book",
         ("BLOCK-5", "SINK-2"),
-        cst.Call,
-        operator_ignore_sinks,
+        ((cst.Call, operator_ignore_sinks), (cst.IndentedBlock, operator_sink_column_dropped)),
+        "the 'sinks' capability",
     ),
     Fault(
         "F11",
         "KV cache eviction off by one (a windowed layer's cache holds W+1 or W-1 positions)",
         "book",
         ("CACHE-2",),
-        cst.Call,
-        operator_evict_off_by_one,
+        ((cst.Call, operator_evict_off_by_one),),
+        "a KV cache (impl's CACHE properties)",
     ),
     Fault(
         "F12",
         "RoPE offset not applied in decode (every chunk rotated from position 0)",
         "book",
         ("CACHE-1", "CACHE-2"),
-        cst.IndentedBlock,
-        operator_rope_offset_ignored,
+        (
+            (cst.IndentedBlock, operator_rope_offset_ignored),
+            (cst.BinaryOperation, operator_positions_from_zero),
+        ),
+        "a KV cache, or a layer with the 'offset' capability",
     ),
     Fault(
         "F13",
         "K and V swapped when written to the KV cache",
         "book",
         ("CACHE-1", "CACHE-2"),
-        cst.Call,
-        operator_swap_cached_kv,
+        ((cst.Call, operator_swap_cached_kv),),
+        "a KV cache (impl's CACHE properties)",
+    ),
+    Fault(
+        "F14",
+        "softmax over the wrong axis (the queries instead of the keys)",
+        "real",
+        ("ATTN-1", "ATTN-4"),
+        ((cst.Call, operator_softmax_axis),),
+        CORE,
+    ),
+    Fault(
+        "F15",
+        "GQA heads grouped in tile order (query head h served by KV head h mod Hkv, not h // r)",
+        "real",
+        ("GQA-1", "ATTN-4"),
+        ((cst.Call, operator_gqa_tile_order),),
+        "the 'gqa' capability",
+    ),
+    Fault(
+        "F16",
+        "window bound off by one (W+1 keys, an inclusive bound, or W-1)",
+        "real",
+        ("MASK-2", "ATTN-2"),
+        ((cst.Comparison, operator_window_bound), (cst.Call, operator_window_bound)),
+        "the 'window' capability",
     ),
 )
 
 FAULTS_BY_ID = {fault.id: fault for fault in FAULTS}
+
+
+def operator_table() -> list[tuple[type[cst.CSTNode], str, Operator]]:
+    """(node type, fault id, operator) for every operator of every fault, in catalogue order."""
+    return [(node_type, fault.id, op) for fault in FAULTS for node_type, op in fault.operators]

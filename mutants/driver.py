@@ -37,7 +37,7 @@ def operator_table(faults_only: bool) -> list[tuple[type, str, object]]:
             for node_type, op in mutators.mutation_operators
         ]
     )
-    return builtin + [(fault.node_type, fault.id, fault.operator) for fault in catalogue.FAULTS]
+    return builtin + catalogue.operator_table()
 
 
 def tagged(name: str, operator, made: dict):

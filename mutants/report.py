@@ -49,7 +49,7 @@ TRIAGE_FILE = Path(__file__).resolve().parent / "triage.toml"
 class Mutant:
     name: str  # mutmut's mutant name, e.g. attnspec.impl.masks.x_attention_mask__mutmut_3
     path: str  # source file relative to the workspace root, e.g. attnspec/impl/masks.py
-    operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F13)
+    operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F16)
     status: str  # Stryker status
     exit_code: int | None
     start: tuple[int, int] = (1, 1)  # 1-based line and column, end exclusive

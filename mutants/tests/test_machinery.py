@@ -40,8 +40,9 @@ class _Apply(cst.CSTVisitor):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         super().on_visit(node)
-        if self.depth and isinstance(node, self.fault.node_type):
-            self.results += [self.module.deep_replace(node, new).code for new in self.fault.operator(node)]
+        for node_type, operator in self.fault.operators if self.depth else ():
+            if isinstance(node, node_type):
+                self.results += [self.module.deep_replace(node, new).code for new in operator(node)]
         return True
 
 
@@ -68,7 +69,8 @@ def test_every_fault_has_a_site_in_impl_and_makes_valid_python():
 
 def test_operators_make_the_documented_faults():
     assert mutate("def f(a, z):\n    return z.masked_fill(~a, -math.inf)\n", "F1") == [
-        "def f(a, z):\n    return z.masked_fill(~a, 0.0)\n"
+        "def f(a, z):\n    return z\n",  # the mask never applied
+        "def f(a, z):\n    return z.masked_fill(~a, 0.0)\n",
     ]
     assert mutate("def f(a):\n    return -a\n", "F1") == []
     assert mutate("def f(key_pos, query_pos):\n    return key_pos <= query_pos\n", "F2") == [
@@ -208,22 +210,23 @@ def test_faults_only_campaign_on_a_toy_suite(toy_campaign):
 
     report = json.loads((root / "reports" / "mutation-report.json").read_text())
     check_stryker_shape(report)
-    by_fault: dict[str, set[str]] = {}
+    by_fault: dict[str, set[str]] = {}  # the statuses of each fault's mutants in masks.py
     for path, entry in report["files"].items():
         lines = entry["source"].splitlines()
         for mutant in entry["mutants"]:
+            if path != "attnspec/impl/masks.py":  # the toy suite reaches masks.py alone
+                assert mutant["status"] in ("NoCoverage", "Survived"), mutant
+                continue
             by_fault.setdefault(mutant["mutatorName"], set()).add(mutant["status"])
             start, end = mutant["location"]["start"], mutant["location"]["end"]
-            if mutant["mutatorName"] == "F1":
-                assert path == "attnspec/impl/masks.py"
+            if mutant["mutatorName"] == "F1" and mutant["replacement"] == "0.0":
                 assert start["line"] == end["line"]
                 assert lines[start["line"] - 1][start["column"] - 1 : end["column"] - 1] == "-math.inf"
                 assert mutant["killedBy"] == [
                     "attnspec/properties/test_toy.py::test_additive_mask_is_minus_inf_where_masked"
                 ]
     assert by_fault["F1"] == by_fault["F2"] == {"Killed"}
-    assert by_fault["F3"] <= {"Survived", "NoCoverage"}
-    assert "F1   killed" in output and "F3   survived" in output
+    assert "F3   survived" in output and "F2   killed" in output
 
 
 @pytest.fixture(scope="session")

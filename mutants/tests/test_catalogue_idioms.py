@@ -1,0 +1,211 @@
+"""The catalogue's operators on the idioms real attention code is written in (snippets written
+here in the style of Hugging Face modeling files, gpt-oss, nanoGPT and SDPA call sites), and on
+look-alikes they must leave alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from mutants.tests.test_machinery import mutate
+
+
+def body(*lines: str) -> str:
+    return "def f(self, q, k, v, x, mask, scores, scaling, sm_scale, d, window, layer_idx):\n" + "".join(
+        f"    {line}\n" for line in lines
+    )
+
+
+def changed(code: str, fault: str) -> list[str]:
+    """The lines each mutant changes (the first differing line of each)."""
+    original = body(code).splitlines()
+    out = []
+    for mutated in mutate(body(code), fault):
+        lines = mutated.splitlines()
+        out.append(
+            next((b.strip() for a, b in zip(original, lines, strict=False) if a != b), lines[-1].strip())
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("code", "fault", "expected"),
+    [
+        # F1: the fill value in every spelling, and a mask built but never applied
+        (
+            "w = scores.masked_fill(mask == 0, float('-inf'))",
+            "F1",
+            {"w = scores.masked_fill(mask == 0, 0.0)", "w = scores"},
+        ),
+        ("low = torch.finfo(q.dtype).min", "F1", {"low = 0.0"}),
+        ("m = torch.where(mask, zero, min_dtype)", "F1", {"m = torch.where(mask, zero, 0.0)"}),
+        ("scores = scores + mask", "F1", {"scores = scores"}),
+        ("scores += mask[None, None]", "F1", {"pass"}),
+        (
+            "o = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            "F1",
+            {"o = F.scaled_dot_product_attention(q, k, v, is_causal=False)"},
+        ),
+        (
+            "o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+            "F1",
+            {"o = F.scaled_dot_product_attention(q, k, v, attn_mask=None)"},
+        ),
+        (
+            "m = torch.triu(q.new_full((4, 4), -float('inf')), diagonal=1)",
+            "F1",
+            {"m = torch.triu(q.new_full((4, 4), 0.0), diagonal=1)"},
+        ),
+        # F2: causal comparisons between any key-like and query-like index, tril/triu swapped
+        ("return kv_idx <= q_idx", "F2", {"return kv_idx >= q_idx"}),
+        ("return j <= i", "F2", {"return j >= i"}),
+        ("return key <= position", "F2", {"return key >= position"}),
+        ("m = torch.tril(torch.ones(8, 8))", "F2", {"m = torch.triu(torch.ones(8, 8))"}),
+        ("m = torch.triu(full, diagonal=1)", "F2", {"m = torch.tril(full, diagonal=-1)"}),
+        # F3: the scale in all its forms
+        (
+            "w = torch.matmul(q, k.transpose(2, 3)) * scaling",
+            "F3",
+            {"w = torch.matmul(q, k.transpose(2, 3))"},
+        ),
+        ("w = q @ k.transpose(-2, -1) / math.sqrt(d)", "F3", {"w = q @ k.transpose(-2, -1)"}),
+        ("w = q @ k.transpose(-2, -1) * (1.0 / d ** 0.5)", "F3", {"w = q @ k.transpose(-2, -1) * 1.0"}),
+        ("self.scaling = self.head_dim**-0.5", "F3", {"self.scaling = 1.0"}),
+        ("scores *= sm_scale", "F3", {"pass"}),
+        ("o = attn(q, k, v, scale=self.scaling)", "F3", {"o = attn(q, k, v, scale=1.0)"}),
+        # F4: head split and merge
+        ("q = self.q_proj(x).view(shape).transpose(1, 2)", "F4", {"q = self.q_proj(x).view(shape)"}),
+        ("o = o.transpose(1, 2).contiguous()", "F4", {"o = o.contiguous()"}),
+        (
+            "q = q.view(B, T, self.n_head, C // self.n_head)",
+            "F4",
+            {"q = q.view(B, self.n_head, T, C // self.n_head)"},
+        ),
+        (
+            "k = k.view(-1, self.num_key_value_heads, self.head_dim)",
+            "F4",
+            {"k = k.view(self.num_key_value_heads, -1, self.head_dim)"},
+        ),
+        ("o = o.permute(0, 2, 1, 3)", "F4", {"o = o"}),
+        # F5: the residual sum written as an assignment
+        ("h = residual + h", "F5", {"h = h"}),
+        ("t = x + t", "F5", {"t = t"}),
+        # F8: layer_types and the window argument
+        (
+            "w = self.window if self.layer_type == 'sliding_attention' else None",
+            "F8",
+            {
+                "w = self.window if self.layer_type != 'sliding_attention' else None",
+                "w = self.window if True else None",
+            },
+        ),
+        (
+            "o = attn(q, k, v, sliding_window=self.sliding_window)",
+            "F8",
+            {"o = attn(q, k, v, sliding_window=None)"},
+        ),
+        # F12: decode positions
+        ("p = torch.arange(T) + past_seen_tokens", "F12", {"p = torch.arange(T)"}),
+        # F13: the cache written with keys and values swapped
+        (
+            "k, v = cache.update(key_states, value_states, self.layer_idx)",
+            "F13",
+            {"k, v = cache.update(value_states, key_states, self.layer_idx)"},
+        ),
+        # F14: the softmax axis
+        (
+            "w = nn.functional.softmax(scores, dim=-1, dtype=torch.float32)",
+            "F14",
+            {"w = nn.functional.softmax(scores, dim=-2, dtype=torch.float32)"},
+        ),
+        ("w = scores.softmax(-1)", "F14", {"w = scores.softmax(-2)"}),
+        ("w = torch.softmax(scores, 3)", "F14", {"w = torch.softmax(scores, 2)"}),
+        # F15: GQA in tile order
+        ("k = k.repeat_interleave(r, dim=1)", "F15", {"k = torch.cat([k] * r, dim=1)"}),
+        (
+            "k = torch.repeat_interleave(k, dim=1, repeats=r)",
+            "F15",
+            set(),
+        ),  # repeats by keyword: not recognised
+        (
+            "k = k[:, :, None, :, :].expand(b, h, r, t, d)",
+            "F15",
+            {"k = k[:, None, :, :, :].expand(b, r, h, t, d)"},
+        ),
+        (
+            "q = q.view(-1, self.n_kv_heads, self.n_heads // self.n_kv_heads, d)",
+            "F15",
+            {"q = q.view(-1, self.n_heads // self.n_kv_heads, self.n_kv_heads, d)"},
+        ),
+        # F16: the window's bound off by one
+        ("return kv_idx > q_idx - window", "F16", {"return kv_idx >= q_idx - window"}),
+        (
+            "m = torch.tril(full, diagonal=-window)",
+            "F16",
+            {"m = torch.tril(full, diagonal=-window - 1)", "m = torch.tril(full, diagonal=-window + 1)"},
+        ),
+    ],
+)
+def test_operators_recognise_real_idioms(code, fault, expected):
+    assert set(changed(code, fault)) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "fault"),
+    [
+        ("return q.shape[2] < k.shape[2]", "F2"),  # sizes, not positions
+        ("return a <= b", "F2"),
+        ("y = x * self.scale_out", "F3"),  # not a softmax scale name
+        ("y = total + flat_mask.sum()", "F1"),  # a sum of a mask, not a mask added to scores
+        ("w = torch.softmax(scores, dim=0)", "F14"),
+        ("if window < 1:\n        raise ValueError('w')", "F16"),  # a check, not a bound on keys
+        ("h = x + x", "F5"),
+    ],
+)
+def test_operators_leave_look_alikes_alone(code, fault):
+    assert mutate(body(code), fault) == []
+
+
+def test_post_norm_and_rope_on_v_in_statement_form():
+    decoder = mutate(
+        """
+        def forward(self, hidden):
+            residual = hidden
+            hidden = self.input_norm(hidden)
+            hidden = self.attn(hidden)
+            hidden = residual + hidden
+            return hidden
+        """,
+        "F6",
+    )
+    assert len(decoder) == 1
+    assert "hidden = hidden\n" in decoder[0] and "hidden = self.input_norm(residual + hidden)" in decoder[0]
+    rope = mutate(
+        """
+        def forward(self, x):
+            q, k, v = self.split(x)
+            value_states = v
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            return q, k, value_states
+        """,
+        "F7",
+    )
+    assert any(
+        "value_states, _ = apply_rotary_pos_emb(value_states, value_states, cos, sin)" in m for m in rope
+    )
+    assert any("    pass\n" in m for m in rope)  # RoPE not applied at all
+
+
+def test_sink_column_dropped_whatever_the_sinks_are_called():
+    made = mutate(
+        """
+        def sdpa(QK, S):
+            QK = torch.cat([QK, S], dim=-1)
+            W = torch.softmax(QK, dim=-1)
+            W = W[..., :-1]
+            return W
+        """,
+        "F10",
+    )
+    assert made == [
+        "\ndef sdpa(QK, S):\n    QK = QK\n    W = torch.softmax(QK, dim=-1)\n    W = W\n    return W\n"
+    ]
