@@ -1,4 +1,6 @@
-"""`python -m mutants run [--faults-only]`: a mutation campaign over impl/ against properties/.
+"""`python -m mutants run [--faults-only]`: a mutation campaign over impl/ against properties/;
+`python -m mutants run --target NAME` or `--source FILE --impl module:object`: the catalogue faults
+in another implementation's code, against the kit run with that target (mutants/conformance.py).
 
 Exit status: 0 when the gate passes, 1 when it fails (a catalogue fault not killed or without a
 site, an untriaged survivor, a replay problem, test strength under --min-strength), 2 when the
@@ -14,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import conformance
 from .campaign import REPO_ROOT, Campaign, CampaignError, driver_env, run_mutmut, workspace
 from .catalogue import FAULTS_BY_ID
 from .html import render
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutants", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a campaign and write reports/mutation-report.json")
-    run.add_argument("--faults-only", action="store_true", help="only the catalogue operators F1..F13")
+    run.add_argument("--faults-only", action="store_true", help="only the catalogue operators F1..F16")
     run.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
     run.add_argument(
         "--isolation",
@@ -84,7 +87,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--no-matrix", action="store_true", help="skip the kill matrix (fault x requirement)")
     run.add_argument("--root", default=str(REPO_ROOT), help=argparse.SUPPRESS)  # for the machinery's own test
+    run.add_argument(
+        "--target",
+        help="grade the kit on a built-in adapter's code (hf-llama, hf-mistral, hf-gptoss, gpt-oss)",
+    )
+    run.add_argument("--source", help="grade the kit on your own FILE (with --impl module:object)")
+    run.add_argument("--impl", help="the target the properties run against, for --source")
+    run.add_argument(
+        "-k", dest="select", default="", help="only the properties pytest -k selects (--target/--source)"
+    )
+    commands.add_parser("table", help="gather the conformance campaigns' tables into the README")
     args = parser.parse_args(argv)
+    if args.command == "table":
+        from .table import main as table_main
+
+        return table_main()
+    if args.target or args.source:
+        return run_conformance(parser, args)
 
     campaign = Campaign(
         root=Path(args.root).resolve(),
@@ -98,6 +117,36 @@ def main(argv: list[str] | None = None) -> int:
             run_mutmut(campaign)
             return write_report(campaign, args.min_strength, matrix=not args.no_matrix)
     except CampaignError as error:
+        print(f"\ncampaign failed: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: workspace removed", file=sys.stderr)
+        return 130
+
+
+def run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.target and args.source:
+        parser.error("--target and --source exclude each other")
+    if args.source and not args.impl:
+        parser.error("--source FILE needs --impl module:object, the target the properties run against")
+    if args.faults_only or args.no_matrix or args.min_strength is not None:
+        parser.error("--target/--source campaigns run the catalogue faults only, with the kill matrix")
+    try:
+        if args.target:
+            name, impl, sources = args.target, args.target, conformance.target_sources(args.target)
+        else:
+            name, impl = args.impl.partition(":")[0], args.impl
+            sources = [conformance.file_source(args.source, args.impl)]
+        return conformance.run(
+            name,
+            sources,
+            impl,
+            children=args.max_children,
+            select=args.select,
+            keep=args.keep_workspace,
+            root=Path(args.root).resolve(),
+        )
+    except conformance.ConformanceError as error:
         print(f"\ncampaign failed: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

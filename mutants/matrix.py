@@ -55,11 +55,12 @@ def kill_matrix(
     return matrix, paths
 
 
-def matrix_table(matrix: Matrix, paths: Paths) -> str:
+def matrix_table(matrix: Matrix, paths: Paths, checked: set[str] | None = None) -> str:
     """One line per fault: the requirements that kill it, fastest first, and the attention paths
     on which it was killed ('-': only by tests that run on no particular path).  '!' marks an
-    expected requirement (per the catalogue) whose properties did not kill it, or a fault killed
-    on some attention paths but not on all of them."""
+    expected requirement (per the catalogue; only those in ``checked`` when given: the ones whose
+    properties ran for the target) that did not kill it, or a fault killed on some attention
+    paths but not on all of them."""
     every_path = set().union(*paths.values())
     lines = ["kill matrix (requirement: seconds of its fastest failing test; paths that killed it):"]
     for fault in FAULTS:
@@ -67,7 +68,7 @@ def matrix_table(matrix: Matrix, paths: Paths) -> str:
         if row is None:
             continue
         kills = "  ".join(f"{rid} {s:.2f}s" for rid, s in sorted(row.items(), key=lambda kv: kv[1]))
-        missed = [rid for rid in fault.kills if rid not in row]
+        missed = [rid for rid in fault.kills if rid not in row and (checked is None or rid in checked)]
         note = f"   ! expected but not killing: {', '.join(missed)}" if missed else ""
         killed_on = paths.get(fault.id, set())
         if killed_on and killed_on != every_path:

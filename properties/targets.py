@@ -19,7 +19,8 @@ and, for the layer properties (capability "layer"), a whole attention layer:
     layer(spec: LayerSpec) -> Layer
         build the layer ``spec`` describes, every parameter drawn at random from ``spec.seed``
         (properties.hypothesis_helpers.randomize_ does that), and return a Layer: its
-        forward(x (B, T, D), offset) -> (B, T, D) and the parameters the oracle needs
+        forward(x (B, T, D), offset) -> (B, T, D), the parameters the oracle needs and, with
+        capability "cache", decode(x, chunks): x run through a fresh KV cache chunk by chunk
 
 NAME is a built-in adapter (ADAPTERS) or ``package.module:object`` for your own code, where the
 object is such a target or a bare attention function (which then has no capability beyond
@@ -50,6 +51,7 @@ CAPABILITIES = {
     "rope": "the rotary embedding on its own (rope(x, positions, base))",
     "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
+    "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
@@ -104,6 +106,10 @@ class Layer:
     norm_weight: torch.Tensor | None = None
     eps: float = 1e-5
     residual: bool = False
+    # with the "cache" capability: x (B, T, D) run through a fresh KV cache of the layer in chunks of
+    # the given sizes (they add up to T; the first is the prompt), from position 0; the outputs of
+    # all chunks, concatenated (B, T, D)
+    decode: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,11 +120,18 @@ class Target:
     about: str = ""
     layer: Callable[[LayerSpec], Layer] | None = None
     rope: Callable[..., torch.Tensor] | None = None
+    # The code a mutation campaign mutates to grade the kit on this target: "package.module" (every
+    # function and method of it) or "package.module:f,Class.method" (only those).
+    sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
+        if "cache" in self.capabilities and "layer" not in self.capabilities:
+            raise ValueError(
+                f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
+            )
         for method in ("layer", "rope"):
             if method in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
@@ -150,7 +163,13 @@ def as_target(name: str, obj: object) -> Target:
     capabilities = frozenset(getattr(obj, "capabilities", ()))
     about = getattr(obj, "__doc__", "") or ""
     return Target(
-        name, attention, capabilities, about, getattr(obj, "layer", None), getattr(obj, "rope", None)
+        name,
+        attention,
+        capabilities,
+        about,
+        getattr(obj, "layer", None),
+        getattr(obj, "rope", None),
+        tuple(getattr(obj, "sources", ())),
     )
 
 

@@ -3,7 +3,8 @@
 The target builds a layer from a LayerSpec (properties/targets.py) and reports its parameters;
 the oracle layer built from those parameters must agree with it (LAYER-1), naming the convention
 when the layer follows another one (interleaved RoPE pairs, a window of W+-1, tile-style GQA).
-Causality (BLOCK-3) and the shift invariance that RoPE gives (ROPE-4) hold for every layer.
+Causality (BLOCK-3) and the shift invariance that RoPE gives (ROPE-4) hold for every layer, and a
+layer with its own KV cache ("cache") decodes chunk by chunk to the same result (CACHE-1).
 Each property draws the layer's dtype from every dtype the target declares: float32, float64
 with "float64", fp16/bf16 with "float16" where they run on the device (float_dtypes).
 impl's own AttentionBlock is the "impl" target's layer.
@@ -18,7 +19,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnspec.properties.hypothesis_helpers import float_dtypes, noise_like, seeded_randn, seeds
+from attnspec.properties.hypothesis_helpers import (
+    chunk_lists,
+    float_dtypes,
+    noise_like,
+    seeded_randn,
+    seeds,
+    split_sequence,
+)
 from attnspec.properties.pytest_helpers import (
     assert_exactly_equal,
     assert_layer_golden,
@@ -123,6 +131,32 @@ def test_layer_matches_the_oracle_layer(device, data):
     ref_lowp = lowp_oracle(x, keywords, case.spec.dtype)
     assert out.dtype == x.dtype and out.device == x.device, f"out is {out.dtype} on {out.device}"
     assert_layer_golden(out, golden, ref_lowp, f"{TARGET.name} layer vs oracle layer", x, **keywords)
+
+
+# --------------------------------------------------------------------------- CACHE-1
+
+
+@pytest.mark.req("CACHE-1")
+@pytest.mark.needs("cache")
+@given(data=st.data())
+def test_decoding_through_the_layers_own_cache_matches_the_oracle(device, data):
+    """A prompt, then chunks of any sizes (one token at a time included) through the layer's own
+    KV cache give what the oracle gives over the whole sequence: keys and values cached in order,
+    RoPE and the mask continuing at each chunk's offset, a windowed cache evicting only what the
+    window no longer sees (the sequence runs well past the window)."""
+    case = replace(
+        data.draw(layer_cases(float_dtypes(device), min_seq=2, max_seq=14), label="case"), offset=0
+    )
+    chunks = split_sequence(case.seq, data.draw(chunk_lists, label="sizes"))
+    layer, x = case.build(device)
+    with torch.no_grad():
+        out = layer.decode(x, chunks)
+    keywords = oracle_keywords(layer, case)
+    golden = attention_layer_oracle(x, **keywords)
+    ref_lowp = lowp_oracle(x, keywords, case.spec.dtype)
+    assert out.shape == x.shape and out.dtype == x.dtype, f"decode returned {tuple(out.shape)} {out.dtype}"
+    what = f"{TARGET.name} layer decoded in chunks {chunks} vs oracle layer"
+    assert_layer_golden(out, golden, ref_lowp, what, x, **keywords)
 
 
 # --------------------------------------------------------------------------- BLOCK-3

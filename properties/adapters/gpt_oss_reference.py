@@ -5,7 +5,8 @@ row), GQA through a (T, Hkv, r, d) query layout, sinks always on (none = sinks o
 mask for the window, and values of the query head size.  The layer is its ``AttentionBlock``:
 RMSNorm, one fused q|k|v matrix with biases, RoPE (YaRN scaling off: factor 1), the core, the
 output projection and the residual; its RoPE always starts at position 0 (no offset), and it is
-built as layer 0 (windowed) or layer 1 (full), as gpt-oss alternates them.  The RoPE is its
+built as layer 0 (windowed) or layer 1 (full, from a config whose window is 1: gpt-oss's own
+schedule must ignore it there).  The RoPE is its
 RotaryEmbedding's cos/sin table (float32, YaRN off) and its _apply_rotary_emb; with float32 angles
 it has no "float64" capability (its sdpa alone would compute float64 in float64).
 
@@ -48,13 +49,18 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> tor
     return rotated.transpose(0, 1).reshape(x.shape)
 
 
+FULL_LAYER_CONFIG_WINDOW = 1
+
+
 def layer(spec: LayerSpec) -> Layer:
     config = model.ModelConfig(
         hidden_size=spec.d_model,
         head_dim=spec.head_dim,
         num_attention_heads=spec.n_heads,
         num_key_value_heads=spec.n_kv_heads,
-        sliding_window=spec.window or 0,
+        # a full layer comes from a config with a window too (as in gpt-oss's own configs): the
+        # layer schedule, not the config, must keep it full
+        sliding_window=spec.window or FULL_LAYER_CONFIG_WINDOW,
         rope_theta=spec.base,
         rope_scaling_factor=1.0,
     )
@@ -91,4 +97,5 @@ TARGET = Target(
     "gpt-oss reference sdpa, AttentionBlock and RoPE (gpt_oss.torch.model)",
     layer,
     rope,
+    sources=("gpt_oss.torch.model",),
 )

@@ -2,15 +2,22 @@
 
 Each target runs the ``eager_attention_forward`` of one model family (Llama; Mistral, whose
 layers use a sliding window; GptOss, with sinks and a sliding window), and, for the layer
-properties, that family's attention module (LlamaAttention, MistralAttention, GptOssAttention:
-projections, RoPE from the family's rotary embedding, output projection) built from a tiny
-config with random weights, nothing downloaded, and for the RoPE properties the family's rotary
-embedding and apply_rotary_pos_emb (angles in float32, as transformers builds them).  The
-attention gets the mask made by
-transformers' own mask functions (``causal_mask_function``, ``sliding_window_causal_mask_function``)
-at absolute positions: query i at Tk - Tq + i, where a KV cache puts it.  Masked scores get
-the dtype's lowest value, as transformers' eager masks do, so a query that sees no key at all
-(Tq > Tk) is not defined here: no "blind" capability.  The eager path scores fp16 in fp16.
+properties, that family's decoder layer (LlamaDecoderLayer, MistralDecoderLayer,
+GptOssDecoderLayer: the input RMSNorm, the attention module with its projections, RoPE from the
+family's rotary embedding and output projection, the residual, then the MLP sublayer with its
+output projection zeroed, so that it adds exactly 0) built from a tiny config with random
+weights, nothing downloaded, which also decodes chunk by chunk through transformers'
+DynamicCache ("cache"), and for the RoPE properties the family's rotary embedding and
+apply_rotary_pos_emb (angles in float32, as transformers builds them).  The attention gets the
+mask that transformers' ``eager_mask`` makes from its own mask functions
+(``causal_mask_function``, ``sliding_window_causal_mask_function``) at absolute positions: query
+i at Tk - Tq + i, where a KV cache puts it.  Masked scores get the dtype's lowest value, so a
+query that sees no key at all (Tq > Tk) is not defined here: no "blind" capability.  The eager
+path scores fp16 in fp16.
+
+``sources`` names the code a mutation campaign (``python -m mutants run --target hf-llama``)
+mutates: the family's modeling file and the mask functions of ``masking_utils`` the mask is made
+with.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import math
 from types import SimpleNamespace
 
 import torch
-from transformers import GptOssConfig, LlamaConfig, MistralConfig, masking_utils
+from transformers import DynamicCache, GptOssConfig, LlamaConfig, MistralConfig, masking_utils
 from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
@@ -28,16 +35,41 @@ from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import Layer, LayerSpec, Target
 
 
-def hf_mask(tq: int, tk: int, window: int | None, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive (tq, tk) mask from transformers' mask functions, queries at positions tk-tq.."""
+def hf_mask(
+    tq: int,
+    tk: int,
+    window: int | None,
+    dtype: torch.dtype,
+    device,
+    q_offset: int | None = None,
+    kv_offset: int = 0,
+) -> torch.Tensor:
+    """Additive (tq, tk) mask made by transformers' own eager_mask from its mask functions: queries
+    at positions q_offset.. (by default tk-tq..: bottom-right, as a KV cache puts them), keys at
+    kv_offset.. (a sliding-window cache that dropped old keys starts later)."""
     if window is None:
         allowed_at = masking_utils.causal_mask_function
     else:
         allowed_at = masking_utils.sliding_window_causal_mask_function(window)
-    query = torch.arange(tk - tq, tk, device=device)[:, None]
-    key = torch.arange(tk, device=device)[None, :]
-    allowed = allowed_at(0, 0, query, key)
-    return torch.zeros(tq, tk, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    mask = masking_utils.eager_mask(
+        batch_size=1,
+        q_length=tq,
+        kv_length=tk,
+        q_offset=tk - tq if q_offset is None else q_offset,
+        kv_offset=kv_offset,
+        mask_function=allowed_at,
+        dtype=dtype,
+        device=device,
+    )
+    return mask[0, 0]
+
+
+def mask_sources(window: bool) -> str:
+    """The functions of transformers.masking_utils that hf_mask runs for a family."""
+    functions = ["causal_mask_function", "sdpa_mask", "eager_mask"]
+    if window:
+        functions += ["sliding_window_overlay", "sliding_window_causal_mask_function", "and_masks"]
+    return "transformers.masking_utils:" + ",".join(functions)
 
 
 def eager_target(name: str, family, capabilities: set[str]) -> Target:
@@ -56,8 +88,13 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
     def layer(spec: LayerSpec) -> Layer:
         config = family.config(spec)
         config._attn_implementation = "eager"
-        module = family.attention(config, layer_idx=0)
-        randomize_(module, spec.seed).to(spec.device, spec.dtype).eval()
+        decoder = family.decoder(config, layer_idx=0)
+        randomize_(decoder, spec.seed).to(spec.device, spec.dtype).eval()
+        with torch.no_grad():  # the MLP adds exactly 0: the layer is x + attn(norm(x)), as the oracle's
+            for name, parameter in decoder.mlp.named_parameters():
+                if "down_proj" in name:
+                    parameter.zero_()
+        module = decoder.self_attn
         if hasattr(module, "sinks") and not spec.sinks:
             module.sinks.data.fill_(-math.inf)
         rotary = family.rotary(config).to(spec.device)
@@ -66,7 +103,29 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
             batch, seq, _ = x.shape
             positions = torch.arange(offset, offset + seq, device=x.device).expand(batch, seq)
             mask = hf_mask(seq, seq, spec.window, x.dtype, x.device)[None, None]
-            return module(x, rotary(x, positions), mask)[0]
+            return decoder(x, attention_mask=mask, position_embeddings=rotary(x, positions))
+
+        def decode(x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+            """Chunk by chunk through transformers' DynamicCache (a sliding-window layer's cache keeps
+            only the last W-1 keys), with the mask sizes and key offset the cache reports."""
+            # transformers 5.24's DynamicSlidingWindowLayer keeps every key when sliding_window == 1
+            # (it keeps keys[-W+1:], which is keys[0:]) yet reports mask sizes for the W-1 = 0 keys
+            # it should hold: in decode, such a layer attends to the whole past.  The kit found that;
+            # a window of 1 decodes through the plain cache here (the mask still applies the window)
+            # so that every other case stays checkable.  README: "Findings".
+            cache = DynamicCache() if spec.window == 1 else DynamicCache(config=config)
+            outputs, start = [], 0
+            for size in chunks:
+                piece = x[:, start : start + size]
+                kv_length, kv_offset = cache.get_mask_sizes(size, 0)
+                mask = hf_mask(size, kv_length, spec.window, x.dtype, x.device, start, kv_offset)[None, None]
+                positions = torch.arange(start, start + size, device=x.device).expand(x.shape[0], size)
+                embeddings = rotary(piece, positions)
+                outputs.append(
+                    decoder(piece, attention_mask=mask, position_embeddings=embeddings, cache=cache)
+                )
+                start += size
+            return torch.cat(outputs, dim=1)
 
         projections = [module.q_proj, module.k_proj, module.v_proj, module.o_proj]
         return Layer(
@@ -74,6 +133,10 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
             *(p.weight for p in projections),
             *(p.bias for p in projections),
             sinks=module.sinks if spec.sinks else None,
+            norm_weight=decoder.input_layernorm.weight,
+            eps=config.rms_norm_eps,
+            residual=True,
+            decode=decode,
         )
 
     def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -83,9 +146,21 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
         rows = x.reshape(-1, 1, seq, head_dim)  # (N, 1, T, d): every leading axis as a batch of one head
         return family.apply_rotary_pos_emb(rows, rows, cos, sin)[0].reshape(x.shape)
 
-    core = {"weights", "gqa", "value_dim", "decode", "non_causal", "scale", "layer", "offset", "rope"}
+    core = {
+        "weights",
+        "gqa",
+        "value_dim",
+        "decode",
+        "non_causal",
+        "scale",
+        "layer",
+        "offset",
+        "rope",
+        "cache",
+    }
     about = f"transformers {name} eager attention, attention module and rotary embedding"
-    return Target(name, attention, frozenset(core | capabilities), about, layer, rope)
+    sources = (family.eager_attention_forward.__module__, mask_sources("window" in capabilities))
+    return Target(name, attention, frozenset(core | capabilities), about, layer, rope, sources)
 
 
 def sizes(spec: LayerSpec) -> dict:
@@ -109,7 +184,7 @@ LLAMA = eager_target(
     SimpleNamespace(
         eager_attention_forward=modeling_llama.eager_attention_forward,
         config=lambda spec: LlamaConfig(**sizes(spec)),
-        attention=modeling_llama.LlamaAttention,
+        decoder=modeling_llama.LlamaDecoderLayer,
         rotary=modeling_llama.LlamaRotaryEmbedding,
         apply_rotary_pos_emb=modeling_llama.apply_rotary_pos_emb,
     ),
@@ -120,7 +195,7 @@ MISTRAL = eager_target(
     SimpleNamespace(
         eager_attention_forward=modeling_mistral.eager_attention_forward,
         config=lambda spec: MistralConfig(**sizes(spec), sliding_window=spec.window),
-        attention=modeling_mistral.MistralAttention,
+        decoder=modeling_mistral.MistralDecoderLayer,
         rotary=modeling_mistral.MistralRotaryEmbedding,
         apply_rotary_pos_emb=modeling_mistral.apply_rotary_pos_emb,
     ),
@@ -137,7 +212,7 @@ GPTOSS = eager_target(
             num_local_experts=1,
             num_experts_per_tok=1,
         ),
-        attention=modeling_gpt_oss.GptOssAttention,
+        decoder=modeling_gpt_oss.GptOssDecoderLayer,
         rotary=modeling_gpt_oss.GptOssRotaryEmbedding,
         apply_rotary_pos_emb=modeling_gpt_oss.apply_rotary_pos_emb,
     ),

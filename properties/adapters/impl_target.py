@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from attnspec.impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import CAPABILITIES, Layer, LayerSpec, Target
@@ -22,6 +24,14 @@ def layer(spec: LayerSpec) -> Layer:
         rope_base=spec.base,
     )
     block = randomize_(AttentionBlock(config), spec.seed).to(spec.device, spec.dtype)
+
+    def decode(x, chunks):
+        cache, outputs, start = block.new_cache(x.shape[1]), [], 0
+        for size in chunks:
+            outputs.append(block(x[:, start : start + size], offset=start, cache=cache))
+            start += size
+        return torch.cat(outputs, dim=1)
+
     return Layer(
         lambda x, offset: block(x, offset=offset),
         **split_w_qkv(block.qkv.weight, spec.n_heads, spec.n_kv_heads, spec.head_dim),
@@ -30,6 +40,7 @@ def layer(spec: LayerSpec) -> Layer:
         norm_weight=block.norm.weight,
         eps=config.norm_eps,
         residual=True,
+        decode=decode,
     )
 
 

@@ -1,0 +1,79 @@
+"""The README's conformance table: ``python -m mutants table``.
+
+Each conformance campaign writes reports/<target>/fault-table.json.  This command gathers those of
+the built-in targets into mutants/conformance-table.json (committed: the measured table) and
+rewrites the README's table between its two markers from it.  mutants/tests/test_table.py fails
+when the README and the JSON disagree, when a row does not add up, and when the catalogue changed
+since the table was measured (re-run the campaigns: ``tox -e conformance-mutation``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .catalogue import FAULTS
+from .conformance import REPO_ROOT, catalogue_fingerprint
+
+TARGETS = ("hf-llama", "hf-mistral", "hf-gptoss", "gpt-oss")
+TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"
+README = REPO_ROOT / "README.md"
+BEGIN = "<!-- conformance table: python -m mutants table -->"
+END = "<!-- end of conformance table -->"
+COUNTS = ("sites", "mutants", "killed", "survived", "not_exercised")
+
+
+def render(table: dict) -> str:
+    """Markdown: one row per target and fault; survivors show how many are triaged equivalents."""
+    lines = [
+        "| target | fault | status | sites | mutants | killed | survived (triaged) | not exercised |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for target in TARGETS:
+        entry = table["targets"][target]
+        for fault in FAULTS:
+            row = entry["faults"][fault.id]
+            survived = f"{row['survived']} ({row['triaged']})" if row["survived"] else "0"
+            lines.append(
+                f"| {target} | {fault.id} | {row['status']} | {row['sites']} | {row['mutants']} | "
+                f"{row['killed']} | {survived} | {row['not_exercised']} |"
+            )
+    seconds = ", ".join(f"{t} {table['targets'][t]['seconds']} s" for t in TARGETS)
+    lines += ["", f"Campaign times on 2 cores: {seconds}."]
+    return "\n".join(lines)
+
+
+def readme_block(text: str) -> str:
+    """What lies between the README's markers."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the README has no conformance table markers ({BEGIN} ... {END})")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def gather(reports: Path) -> dict:
+    table: dict = {"catalogue": catalogue_fingerprint(), "targets": {}}
+    for target in TARGETS:
+        path = reports / target / "fault-table.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: python -m mutants run --target {target}")
+        measured = json.loads(path.read_text())
+        if measured["catalogue"] != table["catalogue"]:
+            raise ValueError(f"{path} was measured with another catalogue: run its campaign again")
+        table["targets"][target] = {"seconds": measured["seconds"], "faults": measured["faults"]}
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        table = gather(REPO_ROOT / "reports")
+    except (FileNotFoundError, ValueError) as error:
+        print(f"table not written: {error}", file=sys.stderr)
+        return 1
+    TABLE_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    text = README.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(f"{head}{BEGIN}\n{render(table)}\n{END}{tail}", encoding="utf-8")
+    print(f"wrote {TABLE_FILE.relative_to(REPO_ROOT)} and the README's table")
+    return 0

@@ -1,0 +1,163 @@
+"""Conformance campaigns on code outside impl/: the site finder, the code swap, and a real campaign
+on examples/toy_attention.py (``--source``), which needs nothing beyond the test environment."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mutants.campaign import REPO_ROOT
+from mutants.sites import mutants_in
+from mutants.target_worker import install, live_function
+from mutants.tests.test_machinery import check_stryker_shape
+
+MODULE = textwrap.dedent(
+    """
+    import functools
+    import math
+
+
+    def logged(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            return f(*args, **kwargs)
+
+        return wrapper
+
+
+    @logged
+    def scaled(scores, d):
+        return scores / math.sqrt(d)
+
+
+    class Attention:
+        def scores(self, q, k, scaling):
+            return q * k * scaling
+
+        def untouched(self, q):
+            return q
+    """
+)
+
+
+def test_sites_cover_decorated_functions_and_methods_and_name_mutants_per_function():
+    made = mutants_in(MODULE, "pkg.mod", "pkg/mod.py")
+    assert [(m.name, m.replacement) for m in made] == [
+        ("pkg.mod.scaled__F3_1", ""),
+        ("pkg.mod.Attention.scores__F3_1", ""),
+    ]
+    line = MODULE.splitlines().index("    return scores / math.sqrt(d)") + 1
+    assert made[0].start == (line, 19) and made[0].lines == range(line, line + 1)
+    assert [m.name for m in mutants_in(MODULE, "pkg.mod", "pkg/mod.py", only={"Attention.scores"})] == [
+        "pkg.mod.Attention.scores__F3_1"
+    ]
+    assert mutants_in(MODULE, "pkg.mod", "pkg/mod.py", faults={"F1"}) == []
+
+
+def test_install_swaps_the_code_of_the_live_function_under_its_decorator(tmp_path, monkeypatch):
+    (tmp_path / "swapped_module.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("swapped_module")
+    held = {"scaled": module.scaled}  # a reference taken before the swap, as an adapter holds one
+    assert held["scaled"](8.0, 4) == 4.0
+    mutant = mutants_in(MODULE, "swapped_module", "swapped_module.py")[0]
+    file = tmp_path / "mutant.py"
+    file.write_text(mutant.source)
+    install({"file": str(file), "module": "swapped_module", "qualname": "scaled"})
+    assert held["scaled"](8.0, 4) == 8.0  # the scale is gone, through the wrapper too
+    assert live_function("swapped_module", "Attention.scores").__code__.co_qualname == "Attention.scores"
+    assert (tmp_path / "swapped_module.py").read_text() == MODULE  # the module's file never changes
+
+
+TOY = REPO_ROOT / "examples" / "toy_attention.py"
+
+
+def start(root: Path, tmp: Path, *extra: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "mutants", "run", "--source", "examples/toy_attention.py"]
+    command += [
+        "--impl",
+        "examples.toy_attention:attention",
+        "--root",
+        str(root),
+        "--max-children",
+        "2",
+        *extra,
+    ]
+    env = dict(os.environ, TMPDIR=str(tmp))
+    env.pop("ATTNSPEC_TOY_CAPABILITIES", None)
+    return subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def toy_conformance(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess, str]:
+    root, tmp = tmp_path_factory.mktemp("root"), tmp_path_factory.mktemp("tmp")
+    before = hashlib.sha256(TOY.read_bytes()).hexdigest()
+    process = start(root, tmp, "-k", "matches_the_oracle")
+    output, _ = process.communicate(timeout=900)
+    return root, tmp, subprocess.CompletedProcess(process.args, process.returncode, output), before
+
+
+def test_a_campaign_on_a_users_file_kills_every_fault_it_has(toy_conformance):
+    root, tmp, process, before = toy_conformance
+    output = process.stdout
+    assert process.returncode == 0, output
+    assert hashlib.sha256(TOY.read_bytes()).hexdigest() == before  # the file under test never changes
+    assert list(tmp.iterdir()) == []  # the workspace is gone
+    reports = root / "reports" / "examples.toy_attention"
+    table = json.loads((reports / "fault-table.json").read_text())
+    statuses = {fault: row["status"] for fault, row in table["faults"].items()}
+    with_sites = {f for f, s in statuses.items() if s != "no site"}
+    assert with_sites == {"F1", "F2", "F3", "F10", "F14", "F15", "F16"}
+    assert {s for s in statuses.values()} == {"killed", "no site"}
+    assert "F9   no site" in output and "gate: passed" in output
+    report = json.loads((reports / "mutation-report.json").read_text())
+    check_stryker_shape(report)
+    mutants = [m for entry in report["files"].values() for m in entry["mutants"]]
+    assert all(m["killedBy"] and m["coveredBy"] for m in mutants)
+    for name in ("index.html", "mutation-summary.txt", "kill-matrix.json"):
+        assert (reports / name).exists()
+
+
+def test_interrupting_a_campaign_leaves_nothing_behind(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    process = start(tmp_path / "root", tmp, "-k", "matches_the_oracle")
+    deadline = time.monotonic() + 120
+    for line in process.stdout:
+        if line.startswith("[") or time.monotonic() > deadline:  # mutants are being tested
+            break
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert list(tmp.iterdir()) == []
+    time.sleep(1)
+    leftovers = subprocess.run(["pgrep", "-f", f"target_worker {tmp}"], capture_output=True, text=True)
+    assert leftovers.stdout == ""
+
+
+def test_a_campaign_refuses_unknown_targets_and_missing_files(tmp_path):
+    for args, message in [
+        (["--target", "no-such"], "is not a built-in adapter"),
+        (["--source", "nowhere.py", "--impl", "nowhere:attention"], "no such file"),
+        (["--source", "examples/toy_attention.py"], "needs --impl"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "mutants", "run", *args, "--root", str(tmp_path)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -1,0 +1,46 @@
+"""The README's conformance table is the one the campaigns measured, with the catalogue of today."""
+
+from __future__ import annotations
+
+import json
+
+from mutants.catalogue import FAULTS
+from mutants.conformance import catalogue_fingerprint
+from mutants.table import README, TABLE_FILE, TARGETS, readme_block, render
+
+MEASURED = json.loads(TABLE_FILE.read_text())
+
+
+def test_readme_shows_the_measured_table():
+    assert readme_block(README.read_text(encoding="utf-8")) == render(MEASURED), (
+        "the README's conformance table differs from mutants/conformance-table.json: python -m mutants table"
+    )
+
+
+def test_table_was_measured_with_todays_catalogue():
+    assert MEASURED["catalogue"] == catalogue_fingerprint(), (
+        "mutants/catalogue.py changed since the conformance table was measured: "
+        "tox -e conformance-mutation (the campaigns, then python -m mutants table)"
+    )
+
+
+def test_every_row_adds_up_and_its_status_follows_from_its_counts():
+    assert set(MEASURED["targets"]) == set(TARGETS)
+    for target, entry in MEASURED["targets"].items():
+        assert set(entry["faults"]) == {fault.id for fault in FAULTS}, target
+        for fault, row in entry["faults"].items():
+            where = f"{target} {fault}"
+            counted = row["killed"] + row["survived"] + row["not_exercised"] + row["other"]
+            assert counted == row["mutants"], where
+            assert row["triaged"] <= row["survived"] and row["sites"] <= row["mutants"], where
+            assert (row["mutants"] == 0) == (row["status"] == "no site"), where
+            if row["status"] == "killed":
+                assert row["killed"] and row["survived"] == row["triaged"] and not row["other"], where
+
+
+def test_every_exercised_fault_is_killed_or_a_triaged_equivalent():
+    """The issue's bar: a fault with a site the kit reaches is killed there (or its survivors are
+    triaged equivalents of that target); 'not exercised' and 'no site' are reported, not hidden."""
+    for target, entry in MEASURED["targets"].items():
+        for fault, row in entry["faults"].items():
+            assert row["status"] in ("killed", "equivalent", "not exercised", "no site"), f"{target} {fault}"
