@@ -38,7 +38,7 @@ from pathlib import Path
 from .catalogue import FAULTS
 from .html import render
 from .matrix import matrix_table, write_heatmap
-from .report import Mutant, percent, stryker_report
+from .report import Mutant, percent, stryker_report, untriaged
 from .sites import SiteMutant, mutants_in
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -240,11 +240,7 @@ def fault_rows(mutants: list[Mutant], triage: dict[str, dict]) -> dict[str, dict
     for fault in FAULTS:
         own = [m for m in mutants if m.operator == fault.id]
         survived = [m for m in own if m.status == "Survived"]
-        triaged = [
-            m
-            for m in survived
-            if m.name in triage and triage[m.name].get("replacement", m.replacement) == m.replacement
-        ]
+        triaged = [m for m in survived if not untriaged(m, triage)]
         row = {
             "sites": len({(m.path, m.start[0]) for m in own}),
             "mutants": len(own),
@@ -299,11 +295,12 @@ def summary_text(
                     f"the kit reaches {fault.id} through {fault.reached_through})"
                 )
             elif mutant.status == "Survived":
-                entry = triage.get(mutant.name)
-                if entry and entry.get("replacement", mutant.replacement) == mutant.replacement:
-                    out.append(f"         survived, triaged: {mutant.name} at {where}: {entry['reason']}")
+                why = untriaged(mutant, triage)
+                if not why:
+                    reason = triage[mutant.name]["reason"]
+                    out.append(f"         survived, triaged: {mutant.name} at {where}: {reason}")
                 else:
-                    out.append(f"         SURVIVED: {mutant.name} at {where}")
+                    out.append(f"         SURVIVED ({why}): {mutant.name} at {where}")
                     out += ["           " + line for line in mutant.diff.splitlines()[2:]]
             elif mutant.status != "Killed":
                 out.append(f"         {mutant.status}: {mutant.name} at {where} {mutant.problem}")

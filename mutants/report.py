@@ -352,7 +352,7 @@ def untriaged(mutant: Mutant, triage: dict[str, dict]) -> str:
     """'' if the survivor is triaged, else why not."""
     entry = triage.get(mutant.name)
     if entry is None:
-        return "not in triage.toml"
+        return "not triaged"
     if "replacement" in entry and entry["replacement"] != mutant.replacement:
         return f"stale triage entry (it expects replacement {entry['replacement']!r})"
     return ""

@@ -161,3 +161,17 @@ def test_a_campaign_refuses_unknown_targets_and_missing_files(tmp_path):
             timeout=120,
         )
         assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_a_fault_counts_as_equivalent_only_while_its_triage_entry_matches():
+    from mutants.conformance import fault_rows
+    from mutants.report import Mutant
+
+    survivor = Mutant(name="m.f__F8_1", path="m.py", operator="F8", status="Survived", exit_code=None)
+    survivor.replacement = "None"
+    matching = {"m.f__F8_1": {"reason": "equivalent here", "replacement": "None"}}
+    stale = {"m.f__F8_1": {"reason": "equivalent here", "replacement": "True"}}
+    assert fault_rows([survivor], matching)["F8"]["status"] == "equivalent"
+    assert fault_rows([survivor], stale)["F8"]["status"] == "survived"
+    assert fault_rows([survivor], {})["F8"]["status"] == "survived"
+    assert fault_rows([], {})["F8"]["status"] == "no site"
