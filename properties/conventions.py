@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
+from attnspec.specs.oracle import attention_layer_oracle, attention_oracle_by_rows, rope_oracle
 
 CONVENTIONS = (
     "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
@@ -112,9 +112,11 @@ def convention_mismatch(
     same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
 
     def oracle(q=q, k=k, v=v, **change):
-        return attention_oracle(q, k, v, **{**same, **change})[0]
+        return attention_oracle_by_rows(q, k, v, **{**same, **change})
 
     def top_left():  # query i at position i: the bottom-right oracle of row i over keys 0..i
+        if tq < tk:  # that is the bottom-right oracle over the first Tq keys
+            return oracle(k=k[:, :, :tq], v=v[:, :, :tq])
         return torch.cat(
             [oracle(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1]) for i in range(tq)], dim=2
         )

@@ -14,6 +14,9 @@ and, for the RoPE properties (capability "rope"), the rotary embedding:
     rope(x, positions, base=10000.0)
         x (..., T, d) rotated at positions (T,) (a LongTensor on x's device), same shape and dtype
 
+and, optionally, for the kernel properties, ``blocks`` and ``switches``: the block sizes a blocked
+kernel tiles with and the lengths where it changes code path (Target below);
+
 and, for the layer properties (capability "layer"), a whole attention layer:
 
     layer(spec: LayerSpec) -> Layer
@@ -63,6 +66,7 @@ ADAPTERS = {
     "hf-mistral": "attnspec.properties.adapters.hf_eager:MISTRAL",
     "hf-gptoss": "attnspec.properties.adapters.hf_eager:GPTOSS",
     "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
+    "flash-ref": "attnspec.properties.adapters.flash_ref:TARGET",
 }
 ENV = "ATTNSPEC_IMPL"
 
@@ -123,6 +127,11 @@ class Target:
     # The code a mutation campaign mutates to grade the kit on this target: "package.module" (every
     # function and method of it) or "package.module:f,Class.method" (only those).
     sources: tuple[str, ...] = ()
+    # A blocked kernel's geometry, for the kernel properties (test_kernels.py): the block sizes it
+    # tiles queries and keys with, and the lengths s at which it switches code path (Tq or Tk below s
+    # takes another path than s and above).  Undeclared, the properties try common block sizes.
+    blocks: tuple[int, ...] = ()
+    switches: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -132,6 +141,10 @@ class Target:
             raise ValueError(
                 f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
             )
+        for field in ("blocks", "switches"):
+            sizes = getattr(self, field)
+            if not all(isinstance(n, int) and n >= 1 for n in sizes):
+                raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
         for method in ("layer", "rope"):
             if method in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
@@ -170,6 +183,8 @@ def as_target(name: str, obj: object) -> Target:
         getattr(obj, "layer", None),
         getattr(obj, "rope", None),
         tuple(getattr(obj, "sources", ())),
+        tuple(getattr(obj, "blocks", ())),
+        tuple(getattr(obj, "switches", ())),
     )
 
 

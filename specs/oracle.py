@@ -72,6 +72,44 @@ def attention_oracle(
     return out, weights
 
 
+def attention_oracle_by_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+    scale: float | None = None,
+    dtype: torch.dtype = GOLDEN,
+) -> torch.Tensor:
+    """The output of attention_oracle, one query row of every batch and head at a time instead of one
+    logit at a time: the same formula for sequences of hundreds of keys, where the per-logit loop
+    takes seconds.  The row's logits are q_i . k_j * scale over the keys visible_keys names, the sink
+    appended, and the softmax spelled out."""
+    q, k, v = q.detach().cpu().to(dtype), k.detach().cpu().to(dtype), v.detach().cpu().to(dtype)
+    batch, n_heads, tq, d = q.shape
+    n_kv_heads, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    group = n_heads // n_kv_heads
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    sink_logits = None if sinks is None else sinks.detach().cpu().to(dtype)
+    out = torch.zeros(batch, n_heads, tq, dv, dtype=dtype)
+    for h in range(n_heads):
+        g = h // group  # the KV head that serves query head h
+        for i in range(tq):
+            keys = visible_keys(i, tq, tk, causal, window)
+            logits = (k[:, g, keys] * q[:, h, i, None, :]).sum(dim=-1) * scale  # (B, len(keys))
+            if sink_logits is not None:
+                logits = torch.cat([logits, sink_logits[h].expand(batch, 1)], dim=1)
+            if logits.shape[1] == 0 or bool((logits == -math.inf).all()):
+                continue  # nothing visible: zero output
+            row = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
+            row = row / row.sum(dim=1, keepdim=True)
+            out[:, h, i] = (row[:, : len(keys), None] * v[:, g, keys]).sum(dim=1)
+    return out
+
+
 def rope_oracle(
     x: torch.Tensor,
     positions: list[int],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnspec.impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
+from attnspec.impl import attention as impl_attention
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import CAPABILITIES, Layer, LayerSpec, Target
 from attnspec.specs.oracle import split_w_qkv
@@ -48,6 +49,14 @@ def rope(x, positions, base=10000.0):
     return apply_rope(x, positions, base=base)
 
 
+# impl tiles causal attention over more than QUERY_TILE queries (impl/attention.py): the kernel
+# properties draw lengths around that switch, a ragged last tile of one and two queries included.
 TARGET = Target(
-    "impl", scaled_dot_product_attention, frozenset(CAPABILITIES), "attnspec's impl/", layer=layer, rope=rope
+    "impl",
+    scaled_dot_product_attention,
+    frozenset(CAPABILITIES),
+    "attnspec's impl/",
+    layer=layer,
+    rope=rope,
+    switches=(impl_attention.QUERY_TILE + 1,),
 )

@@ -7,7 +7,13 @@ import math
 import torch
 
 from attnspec.specs import REQUIREMENTS, load_requirements
-from attnspec.specs.oracle import attention_oracle, mask_oracle, rope_oracle, visible_keys
+from attnspec.specs.oracle import (
+    attention_oracle,
+    attention_oracle_by_rows,
+    mask_oracle,
+    rope_oracle,
+    visible_keys,
+)
 
 
 def test_visible_keys_follow_the_window_inequality():
@@ -66,3 +72,21 @@ def test_catalogue_loads_and_ids_are_unique(tmp_path):
         assert "duplicate" in str(e)
     else:
         raise AssertionError("a duplicate id was accepted")
+
+
+def test_the_row_oracle_is_the_logit_oracle():
+    # The kernel properties use the row-at-a-time oracle for long sequences: on small cases with every
+    # switch (decode, blind queries, GQA, windows, sinks of -inf and not, an explicit scale) it must give
+    # the per-logit oracle's output.
+    gen = torch.Generator().manual_seed(5)
+    for tq, tk, window, causal in [(5, 5, None, True), (2, 7, 3, True), (6, 4, 2, True), (3, 6, None, False)]:
+        q = torch.randn(2, 6, tq, 3, generator=gen, dtype=torch.float64)
+        k, v = (
+            torch.randn(2, 2, tk, 3, generator=gen, dtype=torch.float64),
+            torch.randn(2, 2, tk, 4, generator=gen, dtype=torch.float64),
+        )
+        sinks = torch.tensor([0.5, -math.inf, 2.0, -1.0, 0.0, -math.inf], dtype=torch.float64)
+        for kwargs in ({}, {"sinks": sinks}, {"scale": 0.7}):
+            expected, _ = attention_oracle(q, k, v, causal=causal, window=window, **kwargs)
+            rows = attention_oracle_by_rows(q, k, v, causal=causal, window=window, **kwargs)
+            assert torch.allclose(rows, expected, rtol=0, atol=1e-14), (tq, tk, window, causal, kwargs)

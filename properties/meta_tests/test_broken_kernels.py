@@ -1,0 +1,35 @@
+"""The kernel properties (test_kernels.py) fail every broken copy of the flash-style reference kernel
+(broken_kernels.py) and say what broke, while the reference itself passes the whole kit.
+
+Each copy runs against the property that must catch its class of bug, in a subprocess as a user runs
+the kit, under the derandomized profile without shrinking that mutation campaigns use (conftest.py):
+the same examples every run, so a copy fails every run or none, and a failure is reported at once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attnspec.properties.meta_tests.broken_kernels import BUGS
+from attnspec.properties.meta_tests.kit_runs import PROPERTIES, run_properties
+from attnspec.properties.meta_tests.test_conformance import failure_reports
+
+KERNELS = str(PROPERTIES / "test_kernels.py")
+
+
+def test_the_reference_kernel_passes_every_property_it_can_run():
+    done = run_properties("flash-ref")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+@pytest.mark.parametrize("name", BUGS)
+def test_each_broken_kernel_fails_and_says_what_broke(name):
+    bug = BUGS[name]
+    target = f"attnspec.properties.meta_tests.broken_kernels:{name}"
+    done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=[KERNELS])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    reports = failure_reports(done.stdout)
+    assert reports, done.stdout[-3000:]
+    for test, report in reports.items():
+        assert bug.says in report, f"{test} does not say {bug.says!r} for {name}:\n{report[-3000:]}"
