@@ -92,7 +92,7 @@ def steer_logits(
     """q and k whose logits follow ``steering`` (float64, before any rounding to the tested dtype).
 
     Feature 0 of every query is set to a power of two a and feature 0 of key j to t_j / (scale a),
-    so that every logit is t_j plus the other features' dot product (a ~ sqrt(size / scale) keeps
+    so that every logit is about t_j plus the other features' dot product (a ~ sqrt(size / scale) keeps
     both factors within fp16's range while their product may exceed it): t_j rises from 0 to
     ``size`` over the keys ("rise": the running max grows in every key block), falls ("fall": the
     first block holds it), is ``size`` at one key and 0 elsewhere ("spike"), or is +size ("high")
@@ -110,8 +110,14 @@ def steer_logits(
     }[steering.profile]
     a = 2.0 ** max(0, round(math.log2(math.sqrt(max(steering.size, 1.0) / scale))))
     q, k = q.clone(), k.clone()
+    # Every feature on a grid of 1/8 (the others within +-4), a a power of two: each q . k is then a
+    # multiple of 1/64 below 2^17, which float32 holds exactly in any order of summation (and so does
+    # the rounding to fp16/bf16, which keeps a multiple of 1/8 one).  Otherwise a logit of 16384 is
+    # only known to float32's 0.002, and the target and the oracle would round it differently.
+    q[..., 1:] = (q[..., 1:] * 8).round().clamp(-32, 32) / 8
+    k[..., 1:] = (k[..., 1:] * 8).round().clamp(-32, 32) / 8
     q[..., 0] = a
-    k[..., 0] = (t / (scale * a)).to(k.dtype)
+    k[..., 0] = (t / (scale * a) * 8).round() / 8
     return q, k
 
 

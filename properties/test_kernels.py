@@ -11,6 +11,7 @@ or on common block sizes when it declares none, so every profile meets a few lon
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -79,7 +80,7 @@ def oracle_pair(q, k, v, dtype: torch.dtype, **kwargs) -> tuple[torch.Tensor, to
     )
 
 
-def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, **kwargs) -> None:
+def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, floor_times: float = 1.0, **kwargs) -> None:
     """The output agrees with the float64 oracle from the same (rounded) inputs: within the golden
     bound in float32/float64, the float32 result rounded once in fp16/bf16 (the "float16"
     capability).  A failure says where the wrong rows sit in the kernel's blocks, and which other
@@ -90,7 +91,8 @@ def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, **kwargs) -> No
         check, bound = assert_rounded_once, rounded_once_bound(golden, ref, dtype)
     else:
         golden, ref = oracle_pair(q, k, v, dtype, **kwargs)
-        check, bound = assert_golden, golden_bound(golden, ref, dtype)
+        check = functools.partial(assert_golden, floor_times=floor_times)
+        bound = golden_bound(golden, ref, dtype, floor_times)
     assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != {tuple(golden.shape)}"
     try:
         check(out, golden, ref, what)
@@ -318,7 +320,9 @@ def test_logits_far_beyond_exps_range_match_the_oracle(dtype, case, profile, dat
     q, k, v, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, dtype)
     out = sdpa(q, k, v, **conventions(case, sinks))
     what = f"output with logits that {describe(steering)} vs the oracle ({dtype}, {shape_of(case)})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    # The floor times 4: a kernel's exp at arguments far from 0 may lose a few ulps more (torch's own
+    # float32 SDPA did, 2.95e-6 against the floor's 2.7e-6, with logits rising by 120 over 32 keys).
+    assert_matches_oracle(out, q, k, v, what, floor_times=4.0, **conventions(case, sinks))
 
 
 @pytest.mark.req("KERN-4", "SINK-2")

@@ -22,14 +22,17 @@ FLOOR = {
 }
 
 
-def golden_bound(golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype) -> float:
-    """The largest error the policy allows for an output of ``dtype`` against ``golden``."""
+def golden_bound(
+    golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype, floor_times: float = 1.0
+) -> float:
+    """The largest error the policy allows for an output of ``dtype`` against ``golden``; a
+    requirement whose tolerance says so multiplies the floor by ``floor_times``."""
     golden = golden.detach().cpu().to(torch.float64)
     ref_err = (
         (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
     )
     scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
-    return FUDGE * ref_err + FLOOR[dtype] * scale
+    return FUDGE * ref_err + FLOOR[dtype] * floor_times * scale
 
 
 def rounded_once_bound(golden: torch.Tensor, ref32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
