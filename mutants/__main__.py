@@ -53,7 +53,10 @@ def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = 
             if mutant.operator in FAULTS_BY_ID and mutant.status == "Killed":
                 by_fault.setdefault(mutant.operator, []).append(mutant.name)
         count = sum(map(len, by_fault.values()))
-        print(f"kill matrix: running the whole suite against {count} catalogue mutants ...", flush=True)
+        print(
+            f"kill matrix: running every test that reaches them against {count} catalogue mutants ...",
+            flush=True,
+        )
         started = time.monotonic()
         cells, paths = kill_matrix(
             campaign.workspace, driver_env(campaign.workspace), by_fault, campaign.max_children

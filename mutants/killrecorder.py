@@ -5,7 +5,7 @@ mutmut runs a mutant's tests with -x and keeps only the exit code.  This plugin 
 a test fails while a mutant is active, so the report can fill Stryker's killedBy and tell
 which requirement killed each catalogue fault, and how fast.
 
-With ATTNSPEC_MATRIX=1 (the kill-matrix pass, which runs the whole suite against one mutant)
+With ATTNSPEC_MATRIX=1 (the kill-matrix pass, which runs every test that reaches one mutant)
 a test is skipped once every requirement it checks has already killed the mutant on the
 test's attention path (the ``attention_path`` parameter, "" for tests that take none); the
 path is the log line's fourth field.

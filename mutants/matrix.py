@@ -1,44 +1,69 @@
 """The kill matrix: which requirements' properties kill each catalogue fault, and how fast.
 
 mutmut stops a mutant's run at its first failing test, so after the campaign every catalogue
-mutant is run once more against the whole suite (in mutmut's mutated copy of the workspace,
-selected by MUTANT_UNDER_TEST).  The kill recorder logs each failing test with its requirement
-ids and duration, and skips a test once all its requirements have killed the mutant.  A cell
+mutant is run once more against every test that reaches it (in mutmut's mutated copy of the
+workspace, selected by MUTANT_UNDER_TEST; matrix_worker.py forks one child per mutant from one warm
+process).  The kill recorder logs each failing test with its requirement ids and duration, and
+skips a test once all its requirements have killed the mutant.  A cell
 (fault, requirement) holds the fastest failing test of that requirement over the fault's mutants.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from mutmut.utils.format_utils import mangled_name_from_mutant_name
 
 from .catalogue import FAULTS
 
 Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
 Paths = dict[str, set[str]]  # fault id -> attention paths ("explicit", "tiled") whose tests killed it
+WORKER = "attnspec_matrix_worker.py"  # matrix_worker.py, as copied into mutmut's copy of the workspace
 
 
-def _run_one(workspace: Path, env: dict[str, str], name: str, out_dir: Path) -> None:
-    command = [sys.executable, "-m", "pytest", "attnspec/properties", "-q", "--no-header"]
-    # the meta tests check the suite's helpers and no requirement: they have no row in the matrix
-    command += ["-p", "no:cacheprovider", "--ignore=attnspec/properties/meta_tests"]
-    command += ["-p", "attnspec_killrecorder"]
-    env = dict(env, MUTANT_UNDER_TEST=name, ATTNSPEC_KILLS_DIR=str(out_dir), ATTNSPEC_MATRIX="1")
-    subprocess.run(command, cwd=workspace / "mutants", env=env, capture_output=True, check=False)
+def matrix_plan(workspace: Path, names: list[str], workers: int) -> dict:
+    """The worker's plan: per mutant, the tests that mutmut's coverage run saw call its function (its
+    stats in mutants/mutmut-stats.json), the meta tests left out (they check no requirement), fastest
+    first, and their clean-run seconds."""
+    stats = json.loads((workspace / "mutants" / "mutmut-stats.json").read_text(encoding="utf-8"))
+    duration = stats["duration_by_test"]
+    mutants = []
+    for name in names:
+        covering = stats["tests_by_mangled_function_name"].get(mangled_name_from_mutant_name(name), [])
+        tests = sorted(
+            (t for t in covering if "/meta_tests/" not in t), key=lambda t: (duration.get(t, 0.0), t)
+        )
+        if tests:
+            mutants.append(
+                {"name": name, "tests": tests, "budget_s": sum(duration.get(t, 0.0) for t in tests)}
+            )
+    return {"workers": max(1, workers), "mutants": mutants}
 
 
 def kill_matrix(
     workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int
 ) -> tuple[Matrix, Paths]:
-    """Run every catalogue mutant against the whole suite; ``env`` is the campaign's environment.
-    Also returns, per fault, the attention paths on which a test killed it."""
+    """Run every catalogue mutant against the tests that reach it (matrix_worker.py); ``env`` is the
+    campaign's environment.  Also returns, per fault, the attention paths on which a test killed it."""
     out_dir = workspace / "matrix"
     out_dir.mkdir(exist_ok=True)
     names = [name for names in mutants_by_fault.values() for name in names]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(pool.map(lambda name: _run_one(workspace, env, name, out_dir), names))
+    plan = workspace / "matrix-plan.json"
+    plan.write_text(json.dumps(matrix_plan(workspace, names, workers)), encoding="utf-8")
+    shutil.copy(Path(__file__).with_name("matrix_worker.py"), workspace / "mutants" / WORKER)
+    env = dict(env, ATTNSPEC_KILLS_DIR=str(out_dir))
+    command = [sys.executable, WORKER, str(plan)]
+    with open(workspace / "matrix.log", "w") as log:
+        done = subprocess.run(
+            command, cwd=workspace / "mutants", env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    if done.returncode != 0:
+        tail = (workspace / "matrix.log").read_text(errors="replace").splitlines()[-20:]
+        raise RuntimeError("the kill matrix failed:\n" + "\n".join(tail))
     matrix: Matrix = {fault_id: {} for fault_id in mutants_by_fault}
     paths: Paths = {fault_id: set() for fault_id in mutants_by_fault}
     for fault_id, fault_mutants in mutants_by_fault.items():

@@ -23,6 +23,7 @@ import pytest
 
 from mutants.campaign import REPO_ROOT, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
+from mutants.matrix import matrix_plan
 from mutants.report import changed_span
 
 
@@ -301,3 +302,37 @@ def processes_in(directory: Path) -> list[str]:
         except OSError:
             continue
     return pids
+
+
+def test_the_kill_matrix_runs_each_mutant_against_the_tests_that_reach_its_function(tmp_path):
+    # mutmut's coverage run names the tests that call each function; the matrix runs those (a test that
+    # never calls the mutated function runs as in the clean run, which passed), fastest first, never a
+    # meta test (they check no requirement), and skips a mutant no test reaches.
+    (tmp_path / "mutants").mkdir()
+    stats = {
+        "tests_by_mangled_function_name": {
+            "attnspec.impl.masks.x_causal_mask": [
+                "p/test_a.py::slow",
+                "p/meta_tests/test_m.py::t",
+                "p/test_b.py::fast",
+            ]
+        },
+        "duration_by_test": {
+            "p/test_a.py::slow": 2.0,
+            "p/test_b.py::fast": 0.5,
+            "p/meta_tests/test_m.py::t": 0.1,
+        },
+    }
+    (tmp_path / "mutants" / "mutmut-stats.json").write_text(json.dumps(stats))
+    names = ["attnspec.impl.masks.x_causal_mask__mutmut_3", "attnspec.impl.masks.x_window_mask__mutmut_1"]
+    plan = matrix_plan(tmp_path, names, workers=2)
+    assert plan == {
+        "workers": 2,
+        "mutants": [
+            {
+                "name": names[0],
+                "tests": ["p/test_b.py::fast", "p/test_a.py::slow"],
+                "budget_s": 2.5,
+            }
+        ],
+    }
