@@ -42,7 +42,7 @@ from attnspec.properties.pytest_helpers import (
     assert_rounded_once,
 )
 from attnspec.properties.references import dot_products, sink_probability
-from attnspec.properties.run_report import lacks
+from attnspec.properties.skips import require_dtype
 from attnspec.properties.targets import current
 from attnspec.specs.oracle import attention_oracle, mask_oracle
 
@@ -57,15 +57,6 @@ PRECISE = precise_dtype()  # float64, or float32 for a target that computes thro
 both_paths = pytest.mark.usefixtures("attention_path")
 
 # --- local helpers -------------------------------------------------------------------------
-
-
-def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
-    """Skip a parametrisation in a dtype the target does not declare, or the device cannot run."""
-    needed = "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
-    if needed and not TARGET.supports(needed):
-        pytest.skip(lacks(TARGET, needed))
-    if dtype not in float_dtypes(device):
-        pytest.skip(f"{dtype}: its matmul does not run on {device}")
 
 
 def problem(case: AttnCase, dtype: torch.dtype, device: torch.device, causal: bool, scale: float | None):

@@ -27,7 +27,6 @@ from attnspec.properties.hypothesis_helpers import (
     LOW_PRECISION,
     AttnCase,
     fit_to_target,
-    float_dtypes,
     noise_like,
     precise_dtype,
     seeds,
@@ -35,7 +34,7 @@ from attnspec.properties.hypothesis_helpers import (
 from attnspec.properties.kernel_cases import PROFILES, Steering, kernel_cases, steerings, with_dtype_inputs
 from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_golden, assert_rounded_once
 from attnspec.properties.references import sink_probability
-from attnspec.properties.run_report import lacks
+from attnspec.properties.skips import require_dtype
 from attnspec.properties.targets import current
 from attnspec.specs.oracle import attention_oracle_by_rows, mask_oracle
 from attnspec.specs.tolerance import golden_bound, rounded_once_bound
@@ -55,15 +54,6 @@ LONG = fit_to_target(AttnCase(1, 2, 1, 3 * B + 1, 3 * B + 1, 4, 4, None, False, 
 DECODE = fit_to_target(AttnCase(1, 4, 2, 1, LONGEST, 4, 4, None, True, seed=9))
 OFF_GRID = fit_to_target(AttnCase(1, 2, 2, B + 1, B + 1 + max(1, B // 2), 4, 4, None, False, seed=10))
 NEAR_BLOCKS = sorted({max(1, size + n) for size in SIZES for n in (-1, 0, 1)} | {1, 2})
-
-
-def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
-    """Skip a dtype the target does not declare or the device cannot run."""
-    needed = "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
-    if needed and not TARGET.supports(needed):
-        pytest.skip(lacks(TARGET, needed))
-    if dtype not in float_dtypes(device):
-        pytest.skip(f"{dtype}: its matmul does not run on {device}")
 
 
 def conventions(case: AttnCase, sinks) -> dict:

@@ -33,6 +33,12 @@ def mask_oracle(tq: int, tk: int, causal: bool = True, window: int | None = None
     return mask
 
 
+def _on_cpu(q, k, v, scale: float | None, dtype: torch.dtype):
+    """q, k, v on the CPU in ``dtype``, and the scale (1/sqrt(d) unless given)."""
+    q, k, v = (t.detach().cpu().to(dtype) for t in (q, k, v))
+    return q, k, v, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+
 def attention_oracle(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -45,12 +51,10 @@ def attention_oracle(
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(q.k * scale + M, sink) v."""
-    q, k, v = q.detach().cpu().to(dtype), k.detach().cpu().to(dtype), v.detach().cpu().to(dtype)
-    batch, n_heads, tq, d = q.shape
-    n_kv_heads, tk, dv = k.shape[1], k.shape[2], v.shape[3]
-    group = n_heads // n_kv_heads
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
+    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    batch, n_heads, tq, _ = q.shape
+    tk, dv = k.shape[2], v.shape[3]
+    group = n_heads // k.shape[1]
     out = torch.zeros(batch, n_heads, tq, dv, dtype=dtype)
     weights = torch.zeros(batch, n_heads, tq, tk, dtype=dtype)
     for b in range(batch):
@@ -87,12 +91,10 @@ def attention_oracle_by_rows(
     logit at a time: the same formula for sequences of hundreds of keys, where the per-logit loop
     takes seconds.  The row's logits are q_i . k_j * scale over the keys visible_keys names, the sink
     appended, and the softmax spelled out."""
-    q, k, v = q.detach().cpu().to(dtype), k.detach().cpu().to(dtype), v.detach().cpu().to(dtype)
-    batch, n_heads, tq, d = q.shape
-    n_kv_heads, tk, dv = k.shape[1], k.shape[2], v.shape[3]
-    group = n_heads // n_kv_heads
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
+    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    batch, n_heads, tq, _ = q.shape
+    tk, dv = k.shape[2], v.shape[3]
+    group = n_heads // k.shape[1]
     sink_logits = None if sinks is None else sinks.detach().cpu().to(dtype)
     out = torch.zeros(batch, n_heads, tq, dv, dtype=dtype)
     for h in range(n_heads):

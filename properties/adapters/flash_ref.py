@@ -152,16 +152,21 @@ class FlashReference:
     def split_keys(self, problem: Problem, sink) -> torch.Tensor:
         """Few queries over many keys: the visible keys in ``splits`` parts, each reduced on its own
         from empty statistics, then the parts combined (and the sink counted once)."""
+        parts = self.parts(problem, lambda: self.empty(problem, problem.tq, None))
+        return self.finish(self.combine(parts, self.empty(problem, problem.tq, sink)))
+
+    def parts(self, problem: Problem, start) -> list:
+        """The statistics of each part of the visible keys (whole key blocks), each from ``start()``."""
         lo, hi = problem.key_range(0, problem.tq)
         block = self.key_block(problem.tk)
-        size = block * max(1, math.ceil((hi - lo) / (self.splits * block)))  # whole key blocks per part
+        size = block * max(1, math.ceil((hi - lo) / (self.splits * block)))
         parts = []
         for part_lo in range(lo // block * block, hi, size):
-            state = self.empty(problem, problem.tq, None)
+            state = start()
             for first, last in self.key_blocks(max(lo, part_lo), min(hi, part_lo + size), problem.tk):
                 state = self.update(state, *self.scores(problem, 0, problem.tq, first, last))
             parts.append(state)
-        return self.finish(self.combine(parts, self.empty(problem, problem.tq, sink)))
+        return parts
 
     def combine(self, parts, start):
         """The statistics of all parts together: every part rescaled to the largest maximum."""

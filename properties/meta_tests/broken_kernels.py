@@ -143,15 +143,7 @@ class SinkInEverySplit(FlashReference):
     """Split-keys decode starts every part from the sink: the sink is counted once per part."""
 
     def split_keys(self, problem, sink):
-        parts = []
-        lo, hi = problem.key_range(0, problem.tq)
-        block = self.key_block(problem.tk)
-        size = block * max(1, math.ceil((hi - lo) / (self.splits * block)))
-        for part_lo in range(lo // block * block, hi, size):
-            state = self.empty(problem, problem.tq, sink)
-            for first, last in self.key_blocks(max(lo, part_lo), min(hi, part_lo + size), problem.tk):
-                state = self.update(state, *self.scores(problem, 0, problem.tq, first, last))
-            parts.append(state)
+        parts = self.parts(problem, lambda: self.empty(problem, problem.tq, sink))
         return self.finish(self.combine(parts, self.empty(problem, problem.tq, None)))
 
 
