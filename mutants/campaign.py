@@ -43,7 +43,11 @@ COPIED_DIRS = ("impl", "specs", "properties")  # each copied to attnspec/<name> 
 PACKAGE = "attnspec"
 # Meta tests that run the kit in a subprocess: mutmut never runs them against a mutant (it runs the
 # tests whose in-process calls reach it), so in a campaign they only cost minutes of its clean run.
-SUBPROCESS_TESTS = ("meta_tests/test_conformance.py", "meta_tests/test_capability_subsets.py")
+SUBPROCESS_TESTS = (
+    "meta_tests/test_conformance.py",
+    "meta_tests/test_capability_subsets.py",
+    "meta_tests/test_broken_kernels.py",
+)
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 HELPERS = {  # file in this package -> module name in the workspace
     "catalogue.py": "attnspec_catalogue.py",

@@ -21,7 +21,7 @@ import jsonschema
 import libcst as cst
 import pytest
 
-from mutants.campaign import REPO_ROOT, pyproject_text
+from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
 from mutants.matrix import matrix_plan
 from mutants.report import changed_span
@@ -336,3 +336,13 @@ def test_the_kill_matrix_runs_each_mutant_against_the_tests_that_reach_its_funct
             }
         ],
     }
+
+
+def test_every_meta_test_that_runs_the_kit_in_a_subprocess_is_left_out_of_campaigns():
+    # mutmut never runs them against a mutant (their subprocesses import the unmutated code), so in a
+    # campaign they would only cost minutes of its coverage and clean runs, twice.
+    meta_tests = REPO_ROOT / "properties" / "meta_tests"
+    runs_the_kit = {
+        f"meta_tests/{p.name}" for p in meta_tests.glob("test_*.py") if "kit_runs" in p.read_text()
+    }
+    assert runs_the_kit and runs_the_kit <= set(SUBPROCESS_TESTS)
