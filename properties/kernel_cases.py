@@ -56,13 +56,19 @@ def kernel_cases(
     dv = draw(st.one_of(st.just(head_dim), st.integers(1, 6)))
     window = None
     if windows:
-        near_blocks = [w + n for w in block_sizes(target) for n in (-1, 0, 1)]
-        window = draw(st.one_of(st.none(), st.sampled_from([1, 2, *near_blocks]), st.integers(1, tk + 1)))
+        window = draw(st.one_of(st.none(), windows_near_blocks(), st.integers(1, tk + 1)))
     use_sinks = sinks and draw(st.booleans())
     case = AttnCase(
         draw(st.integers(1, 2)), n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds)
     )
     return fit_to_target(case)
+
+
+def windows_near_blocks() -> st.SearchStrategy[int]:
+    """A window of 1, 2, or a block size of the target's less one, equal or plus one: its edge then
+    cuts through key blocks."""
+    near = {max(1, size + n) for size in block_sizes(current()) for n in (-1, 0, 1)}
+    return st.sampled_from(sorted(near | {1, 2}))
 
 
 def off_grid(tk: int, tq: int, sizes: tuple[int, ...]) -> int:

@@ -31,7 +31,14 @@ from attnspec.properties.hypothesis_helpers import (
     precise_dtype,
     seeds,
 )
-from attnspec.properties.kernel_cases import PROFILES, Steering, kernel_cases, steerings, with_dtype_inputs
+from attnspec.properties.kernel_cases import (
+    PROFILES,
+    Steering,
+    kernel_cases,
+    steerings,
+    windows_near_blocks,
+    with_dtype_inputs,
+)
 from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_golden, assert_rounded_once
 from attnspec.properties.references import sink_probability
 from attnspec.properties.skips import require_dtype
@@ -53,7 +60,6 @@ BLOCK_PLUS_ONE = fit_to_target(AttnCase(1, 4, 2, B + 1, B + 1, 4, 3, B - 1, True
 LONG = fit_to_target(AttnCase(1, 2, 1, 3 * B + 1, 3 * B + 1, 4, 4, None, False, seed=8))
 DECODE = fit_to_target(AttnCase(1, 4, 2, 1, LONGEST, 4, 4, None, True, seed=9))
 OFF_GRID = fit_to_target(AttnCase(1, 2, 2, B + 1, B + 1 + max(1, B // 2), 4, 4, None, False, seed=10))
-NEAR_BLOCKS = sorted({max(1, size + n) for size in SIZES for n in (-1, 0, 1)} | {1, 2})
 
 
 def conventions(case: AttnCase, sinks) -> dict:
@@ -232,7 +238,7 @@ def test_a_causal_diagonal_inside_key_blocks_matches_the_oracle(case, device):
 @pytest.mark.req("KERN-3", "MASK-2")
 @pytest.mark.needs("window")
 @example(case=LONG, w=B - 1)
-@given(case=kernel_cases(), w=st.sampled_from(NEAR_BLOCKS))
+@given(case=kernel_cases(), w=windows_near_blocks())
 def test_window_edges_inside_key_blocks_match_the_oracle(case, w, device):
     # A window of about a block: its lower edge cuts through key blocks, and a query block's earliest
     # key blocks are wholly outside the band of its later queries (a row with nothing to see in a
@@ -340,10 +346,7 @@ def test_each_query_head_reads_kv_head_h_div_r_in_every_block(case, r, device):
     # KV head g holds the value g + 1 at every key: query head h must output exactly h // r + 1, in
     # every row of every block, whatever its logits.
     hkv = case.n_kv_heads
-    q, k, _, _ = case.make(device, PRECISE)
-    q = noise_like(
-        torch.empty(case.batch, hkv * r, case.tq, case.head_dim, dtype=PRECISE, device=device), case.seed
-    )
+    q, k, _, _ = replace(case, n_heads=hkv * r).make(device, PRECISE)
     v = torch.arange(1, hkv + 1, dtype=PRECISE, device=device).view(1, hkv, 1, 1)
     v = v.expand(case.batch, hkv, case.tk, case.dv).contiguous()
     out = sdpa(q, k, v, causal=True, window=case.window)  # Tq <= Tk: every query sees a key
