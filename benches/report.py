@@ -36,6 +36,42 @@ def medians(run: dict) -> dict[str, dict[str, float]]:
     return table
 
 
+CAMPAIGN_RATIOS = (
+    "per_clean_run",
+)  # a campaign's wall time in clean runs of the suite (benches/test_campaign.py)
+
+
+def campaigns(run: dict) -> dict[str, dict]:
+    """campaign kind -> its extra_info, from pytest-benchmark's JSON (benches/test_campaign.py)."""
+    return {
+        b["extra_info"]["campaign"]: b["extra_info"]
+        for b in run["benchmarks"]
+        if "campaign" in b["extra_info"]
+    }
+
+
+def campaign_lines(
+    found: dict[str, dict], baseline: dict[str, dict], tolerance: float
+) -> tuple[list[str], list[str]]:
+    """The campaign table, and its regressions: a ratio to the clean run grown past the tolerance."""
+    lines, regressions = [], []
+    for kind, info in found.items():
+        lines.append(
+            f"campaign {kind:<12} {info['wall_s']:7.1f} s  clean run {info['clean_s']:5.1f} s  "
+            f"{info['mutants_run']} mutants run ({info['mutants_per_s']}/s), "
+            f"{info['mutants_reused']} reused, "
+            f"{info['tests_rerun']} tests in the clean run, matrix {info['matrix_worker_s']} worker-s"
+        )
+        for name in CAMPAIGN_RATIOS:
+            value, base = info[name], baseline.get(kind, {}).get(name)
+            lines.append(f"  {name}: {value:.2f}   baseline {base if base is not None else '-'}")
+            if base is not None and value > base * (1 + tolerance):
+                regressions.append(
+                    f"campaign {kind}: {name} {value:.2f} > baseline {base:.2f} + {tolerance:.0%}"
+                )
+    return lines, regressions
+
+
 def targets(times: dict[str, dict[str, float]]) -> list[str]:
     """The fast paths' targets (issue 5), as ratios measured in this run."""
     lines = []
@@ -101,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
 
-    times = medians(json.loads(args.run.read_text()))
+    run = json.loads(args.run.read_text())
+    times = medians(run)
     ratios = {case: sides["impl"] / sides["torch"] for case, sides in times.items() if len(sides) == 2}
-    baseline = json.loads(args.baseline.read_text())["ratios"] if args.baseline.exists() else {}
+    saved = json.loads(args.baseline.read_text()) if args.baseline.exists() else {}
+    baseline = saved.get("ratios", {})
+    found = campaigns(run)
+    campaign_ratios = {kind: {n: info[n] for n in CAMPAIGN_RATIOS} for kind, info in found.items()}
     memory: dict[str, dict[str, int | None]] = {}
     if args.memory:
         from attnspec.benches.memory import peak_bytes
@@ -129,17 +169,30 @@ def main(argv: list[str] | None = None) -> int:
             regressions.append(f"{case}: impl/torch {ratio:.3f} > baseline {base:.3f} + {args.tolerance:.0%}")
     print("targets (measured in this run):")
     print("\n".join(targets(times)))
+    lines, slower = campaign_lines(found, saved.get("campaign", {}), args.tolerance)
+    print("\n".join(lines))
+    regressions += slower
 
     args.out.mkdir(parents=True, exist_ok=True)
     plot(times, args.out / "bench.png")
-    report = {"medians_s": times, "ratios": ratios, "baseline": baseline, "peak_bytes": memory}
+    report = {
+        "medians_s": times,
+        "ratios": ratios,
+        "baseline": baseline,
+        "peak_bytes": memory,
+        "campaign": found,
+    }
     (args.out / "bench.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out / 'bench.png'} and {args.out / 'bench.json'}")
     if args.save_baseline:
         import torch
 
         measured = f"torch {torch.__version__}, 2 threads (benches/conftest.py), medians of {args.run.name}"
-        saved = {"measured": measured, "ratios": ratios}
+        saved = {
+            "measured": measured,
+            "ratios": ratios or baseline,
+            "campaign": campaign_ratios or saved.get("campaign", {}),
+        }
         args.baseline.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
         print(f"saved the ratios as the baseline: {args.baseline}")
     if not baseline and not args.save_baseline:

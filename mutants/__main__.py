@@ -1,75 +1,63 @@
-"""`python -m mutants run [--faults-only]`: a mutation campaign over impl/ against properties/;
+"""`python -m mutants run [--faults-only] [--incremental] [--shard I/N]`: a mutation campaign over
+impl/ against properties/; `python -m mutants merge DIR...`: the shards of one campaign as one;
 `python -m mutants run --target NAME` or `--source FILE --impl module:object`: the catalogue faults
 in another implementation's code, against the kit run with that target (mutants/conformance.py).
 
 Exit status: 0 when the gate passes, 1 when it fails (a catalogue fault not killed or without a
 site, an untriaged survivor, a replay problem, test strength under --min-strength), 2 when the
-campaign itself could not run, 130 when interrupted.
+campaign itself could not run (or the shards do not make one campaign), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from . import conformance
-from .campaign import REPO_ROOT, Campaign, CampaignError, driver_env, run_mutmut, workspace
-from .catalogue import FAULTS_BY_ID
-from .html import render
-from .matrix import kill_matrix, matrix_table, write_heatmap
-from .report import load_triage, read_mutants, stryker_report, summarize
+from .campaign import REPO_ROOT, Campaign, CampaignError, run_campaign, workspace
+from .outputs import MergeError, merge, publish
+from .report import read_mutants
 
 
-def write_report(campaign: Campaign, min_strength: float | None, matrix: bool = True) -> int:
-    mutants, sources, stats = read_mutants(campaign.workspace)
-    info = {"mode": campaign.mode, "max_children": campaign.max_children, "isolation": campaign.isolation}
+def write_report(campaign: Campaign, results: dict, min_strength: float | None) -> int:
+    mutants, sources = read_mutants(campaign.workspace, results)
+    phases = results["phases"]
+    info = {"mode": campaign.mode, "max_children": campaign.max_children, "matrix": campaign.matrix}
+    if campaign.shard:
+        info["shard"] = f"shard {campaign.shard[0]}/{campaign.shard[1]}"
+    if campaign.incremental:
+        info["reuse"] = (
+            f"incremental: {phases['mutants_reused']} mutants reused, {phases['mutants_run']} run, "
+            f"{phases['tests_traced']} tests re-run in the clean run"
+        )
     end = campaign.finished or time.monotonic()
-    performance = {
-        "setup": 0.0,  # mutant generation is counted in initialRun: mutmut does it in the same step
-        "initialRun": campaign.tests_started - campaign.started,
-        "mutation": end - campaign.tests_started,
-    }
-    report = stryker_report(mutants, sources, stats, info, performance)
-    report_path = campaign.root / "reports" / "mutation-report.json"
-    report_path.parent.mkdir(exist_ok=True)
-    report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (report_path.parent / "index.html").write_text(render(report), encoding="utf-8")
-    text, failures = summarize(
+    setup = end - campaign.started - phases["clean_s"] - phases["mutants_s"]
+    performance = {"setup": setup, "initialRun": phases["clean_s"], "mutation": phases["mutants_s"]}
+    return publish(
+        campaign.reports,
+        campaign.root,
         mutants,
+        sources,
+        results,
         info,
+        performance,
         end - campaign.started,
-        report_path.relative_to(campaign.root),
-        load_triage(),
         min_strength,
     )
-    print(text, flush=True)
-    if matrix:
-        by_fault: dict[str, list[str]] = {}
-        for mutant in mutants:
-            if mutant.operator in FAULTS_BY_ID and mutant.status == "Killed":
-                by_fault.setdefault(mutant.operator, []).append(mutant.name)
-        count = sum(map(len, by_fault.values()))
-        print(
-            f"kill matrix: running every test that reaches them against {count} catalogue mutants ...",
-            flush=True,
-        )
-        started = time.monotonic()
-        cells, paths = kill_matrix(
-            campaign.workspace, driver_env(campaign.workspace), by_fault, campaign.max_children
-        )
-        saved = {"requirements": cells, "paths": {fault: sorted(on) for fault, on in paths.items()}}
-        (report_path.parent / "kill-matrix.json").write_text(json.dumps(saved, indent=1, sort_keys=True))
-        table = matrix_table(cells, paths) + f"\n  ({time.monotonic() - started:.0f} s)"
-        if write_heatmap(cells, report_path.parent / "kill-matrix.png"):
-            table += f"\n  heatmap: {report_path.parent.relative_to(campaign.root) / 'kill-matrix.png'}"
-        print("\n" + table)
-        text = text + "\n\n" + table
-    (report_path.parent / "mutation-summary.txt").write_text(text + "\n")
-    return 1 if failures else 0
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes I/N, e.g. 1/4; got {text!r}") from None
+    if not 1 <= shard[0] <= shard[1]:
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 1 <= I <= N; got {text!r}")
+    return shard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,10 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--faults-only", action="store_true", help="only the catalogue operators F1..F16")
     run.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
     run.add_argument(
-        "--isolation",
-        choices=("fork", "forkserver"),
-        default="fork",
-        help="mutmut's process_isolation (default: fork)",
+        "--incremental",
+        action="store_true",
+        help="reuse reports/mutation-results.json where a mutant, its function and its tests are unchanged",
+    )
+    run.add_argument(
+        "--shard", type=parse_shard, metavar="I/N", help="run shard I of N (merge them with `merge`)"
     )
     run.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
     run.add_argument(
@@ -99,12 +89,22 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "-k", dest="select", default="", help="only the properties pytest -k selects (--target/--source)"
     )
+    merging = commands.add_parser("merge", help="merge the reports/ folders of a campaign's shards")
+    merging.add_argument("reports", nargs="+", metavar="DIR", help="a shard's reports/ folder")
+    merging.add_argument("--out", default="reports", help="where the merged reports go (default: reports)")
+    merging.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
     commands.add_parser("table", help="gather the conformance campaigns' tables into the README")
     args = parser.parse_args(argv)
     if args.command == "table":
         from .table import main as table_main
 
         return table_main()
+    if args.command == "merge":
+        try:
+            return merge(args.reports, Path(args.out).resolve(), Path.cwd(), args.min_strength)
+        except MergeError as error:
+            print(f"merge failed: {error}", file=sys.stderr)
+            return 2
     if args.target or args.source:
         return run_conformance(parser, args)
 
@@ -112,13 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         root=Path(args.root).resolve(),
         faults_only=args.faults_only,
         max_children=args.max_children,
-        isolation=args.isolation,
+        matrix=not args.no_matrix,
+        shard=args.shard,
+        incremental=args.incremental,
     )
     print(f"workspace {campaign.workspace}", flush=True)
     try:
         with workspace(campaign, keep=args.keep_workspace):
-            run_mutmut(campaign)
-            return write_report(campaign, args.min_strength, matrix=not args.no_matrix)
+            results = run_campaign(campaign)
+            return write_report(campaign, results, args.min_strength)
     except CampaignError as error:
         print(f"\ncampaign failed: {error}", file=sys.stderr)
         return 2
@@ -132,7 +134,7 @@ def run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--target and --source exclude each other")
     if args.source and not args.impl:
         parser.error("--source FILE needs --impl module:object, the target the properties run against")
-    if args.faults_only or args.no_matrix or args.min_strength is not None:
+    if args.faults_only or args.no_matrix or args.min_strength is not None or args.incremental or args.shard:
         parser.error("--target/--source campaigns run the catalogue faults only, with the kill matrix")
     try:
         if args.target:

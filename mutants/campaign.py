@@ -1,4 +1,4 @@
-"""Run one mutmut campaign in a fresh workspace outside the working tree.
+"""Run one mutation campaign in a fresh workspace outside the working tree.
 
 mutmut writes its working copy to ./mutants/ (a hard-coded name that is also this package's),
 and stale copies re-attach old results to new mutant numbers.  So every campaign:
@@ -6,16 +6,17 @@ and stale copies re-attach old results to new mutant numbers.  So every campaign
 1. copies impl/, specs/ and properties/ into a new temporary directory, laid out as the installed
    package (attnspec/impl, attnspec/specs, attnspec/properties: the properties import them as
    attnspec.*, and mutmut names a mutant after its file's path), with a generated
-   pyproject.toml that configures mutmut and pytest for the campaign, plus three helpers from
-   this package (the catalogue, the driver, the kill-recorder pytest plugin);
-2. runs the driver there in its own process group: it installs the operators and calls
-   `mutmut run --max-children N` (OMP_NUM_THREADS=1 so that forked children cannot hang on
-   torch's thread pool, Hypothesis's `mutation` profile);
-3. polls mutmut's per-file .meta files for a progress line;
-4. leaves the workspace to report.py, and deletes it afterwards, also on Ctrl-C or SIGTERM
-   (the whole process group of the driver is stopped first).
+   pyproject.toml that configures mutmut and pytest for the campaign, plus four helpers from
+   this package (the catalogue, the driver, the engine and its history);
+2. runs the driver there in its own process group: it installs the operators, has mutmut generate
+   the mutants, and runs the engine (engine.py: one pytest session, one fork per mutant) with
+   OMP_NUM_THREADS=1 (forked children cannot hang on torch's thread pool) and Hypothesis's
+   `mutation` profile;
+3. polls the engine's progress file for a progress line;
+4. leaves the workspace's results.json to report.py, and deletes the workspace afterwards, also on
+   Ctrl-C or SIGTERM (the whole process group of the driver is stopped first).
 
-Nothing is written to the working tree except by report.py (reports/, git-ignored).
+Nothing is written to the working tree except reports/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -29,20 +30,20 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mutmut.stats import status_by_exit_code
+from .catalogue import FAULTS
+from .outputs import HISTORY
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 COPIED_DIRS = ("impl", "specs", "properties")  # each copied to attnspec/<name> in the workspace
 PACKAGE = "attnspec"
-# Meta tests that run the kit in a subprocess: mutmut never runs them against a mutant (it runs the
-# tests whose in-process calls reach it), so in a campaign they only cost minutes of its clean run.
+# Meta tests that run the kit in a subprocess: they never reach a mutant (the tests that cover one are
+# those whose in-process calls reach it), so in a campaign they would only cost minutes of its clean run.
 SUBPROCESS_TESTS = (
     "meta_tests/test_conformance.py",
     "meta_tests/test_capability_subsets.py",
@@ -52,7 +53,8 @@ IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest
 HELPERS = {  # file in this package -> module name in the workspace
     "catalogue.py": "attnspec_catalogue.py",
     "driver.py": "attnspec_driver.py",
-    "killrecorder.py": "attnspec_killrecorder.py",
+    "engine.py": "attnspec_engine.py",
+    "history.py": "attnspec_history.py",
 }
 PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line
 
@@ -66,15 +68,21 @@ class Campaign:
     root: Path
     faults_only: bool
     max_children: int
-    isolation: str  # mutmut's process_isolation: "fork" or "forkserver"
+    matrix: bool = True  # catalogue mutants run every covering test (the kill matrix)
+    shard: tuple[int, int] | None = None  # (i, n): only the mutants of shard i of n
+    incremental: bool = False  # reuse reports/mutation-results.json where nothing changed
     workspace: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="attnspec-mutation-")))
     started: float = field(default_factory=time.monotonic)
-    tests_started: float | None = None  # when mutmut began testing mutants
+    tests_started: float | None = None  # when the engine began testing mutants
     finished: float | None = None
 
     @property
     def mode(self) -> str:
         return "faults-only" if self.faults_only else "full"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
 
 
 # --- workspace ---------------------------------------------------------------------------------
@@ -92,20 +100,15 @@ def toml_value(value: object) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def pyproject_text(root: Path, isolation: str) -> str:
-    """[tool.mutmut] for the campaign, and the project's own pytest options made quiet."""
+def pyproject_text(root: Path) -> str:
+    """[tool.mutmut] for the campaign's mutant generation, and the project's own pytest options."""
     pyproject = root / "pyproject.toml"
     project = tomllib.loads(pyproject.read_text()) if pyproject.exists() else {}
     pytest_options = dict(project.get("tool", {}).get("pytest", {}).get("ini_options", {}))
     pytest_options.update(testpaths=[f"{PACKAGE}/properties"], pythonpath=["."], addopts="--strict-markers")
     mutmut_options = {
         "source_paths": [f"{PACKAGE}/impl/"],
-        "also_copy": [f"{PACKAGE}/__init__.py", f"{PACKAGE}/specs/", f"{PACKAGE}/properties/"]
-        + ["attnspec_killrecorder.py"],
-        "pytest_add_cli_args_test_selection": [f"{PACKAGE}/properties"],
-        "pytest_add_cli_args": ["-p", "attnspec_killrecorder", "-p", "no:cacheprovider", "--no-header"]
-        + [f"--ignore={PACKAGE}/properties/{path}" for path in SUBPROCESS_TESTS],
-        "process_isolation": isolation,
+        "also_copy": [f"{PACKAGE}/__init__.py", f"{PACKAGE}/specs/", f"{PACKAGE}/properties/"],
         "use_git_change_detection": False,
     }
     lines = ["# generated by `python -m mutants` for one campaign", "[tool.mutmut]"]
@@ -123,8 +126,25 @@ def prepare_workspace(campaign: Campaign) -> None:
     shutil.copy(REPO_ROOT / PACKAGE / "__init__.py", campaign.workspace / PACKAGE / "__init__.py")
     for source, target in HELPERS.items():
         shutil.copy(PACKAGE_DIR / source, campaign.workspace / target)
-    (campaign.workspace / "pyproject.toml").write_text(pyproject_text(campaign.root, campaign.isolation))
-    (campaign.workspace / "kills").mkdir()
+    (campaign.workspace / "pyproject.toml").write_text(pyproject_text(campaign.root))
+    (campaign.workspace / "faults.json").write_text(json.dumps([fault.id for fault in FAULTS]))
+    previous = campaign.reports / HISTORY
+    plan = {
+        "workspace": str(campaign.workspace),
+        "workers": max(1, campaign.max_children),
+        "matrix": campaign.matrix,
+        "shard": list(campaign.shard) if campaign.shard else None,
+        "previous": str(previous) if campaign.incremental and previous.exists() else None,
+        "progress": str(campaign.workspace / "progress.json"),
+        "results": str(campaign.workspace / "results.json"),
+        # --tb=native: pytest's own traceback style parses each frame's file, and a mutated file holds
+        # every mutant of its functions (seconds per failing test)
+        "pytest_args": ["--rootdir=.", "-q", "--no-header", "--tb=native", "-p", "no:cacheprovider"]
+        + ["-p", "no:randomly"]
+        + [f"--ignore={PACKAGE}/properties/{path}" for path in SUBPROCESS_TESTS]
+        + [f"{PACKAGE}/properties"],
+    }
+    (campaign.workspace / "plan.json").write_text(json.dumps(plan, indent=1))
 
 
 def driver_env(workspace: Path) -> dict[str, str]:
@@ -133,10 +153,10 @@ def driver_env(workspace: Path) -> dict[str, str]:
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
-        HYPOTHESIS_PROFILE="mutation",  # also for mutmut's clean run, where MUTANT_UNDER_TEST is ""
+        HYPOTHESIS_PROFILE="mutation",  # the profile conftest.py loads whenever MUTANT_UNDER_TEST is set
         ATTNSPEC_DEVICE="cpu",  # forked workers cannot share a CUDA context
-        ATTNSPEC_KILLS_DIR=str(workspace / "kills"),
         PYTHONDONTWRITEBYTECODE="1",
+        PYTHONHASHSEED="0",  # the same set orders, so the same test ids, from campaign to campaign
     )
     return env
 
@@ -144,59 +164,44 @@ def driver_env(workspace: Path) -> dict[str, str]:
 # --- running and watching ----------------------------------------------------------------------
 
 
-def exit_codes(workspace: Path, cache: dict[Path, dict]) -> dict[str, int | None]:
-    """{mutant name: exit code or None} from mutmut's .meta files (a half-written one keeps its last read)."""
-    codes: dict[str, int | None] = {}
-    for meta in sorted((workspace / "mutants").rglob("*.py.meta")):
-        try:
-            cache[meta] = json.loads(meta.read_text())["exit_code_by_key"]
-        except (OSError, ValueError, KeyError):
-            pass
-        codes.update(cache.get(meta, {}))
-    return codes
+def read_progress(workspace: Path) -> dict | None:
+    """The engine's progress file (None before the engine starts, or while it is being replaced)."""
+    try:
+        return json.loads((workspace / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
-def progress_line(campaign: Campaign, codes: dict[str, int | None], phase: str) -> str:
-    counts = Counter(status_by_exit_code[code] for code in codes.values())
-    total = len(codes)
-    done = total - counts["not checked"]
+def progress_line(campaign: Campaign, progress: dict | None) -> str:
     elapsed = int(time.monotonic() - campaign.started)
-    line = (
-        f"[{phase} {elapsed // 60}m{elapsed % 60:02d}s] {done}/{total}  killed {counts['killed']}  "
-        f"survived {counts['survived']}  timeout {counts['timeout']}  no-tests {counts['no tests']}"
+    clock = f"{elapsed // 60}m{elapsed % 60:02d}s"
+    if progress is None:
+        return f"[generating mutants {clock}]"
+    counts, total = progress["counts"], progress["total"]
+    if progress["phase"] == "clean run":
+        return f"[clean run {clock}] {counts.get('tested', 0)}/{total} tests"
+    done = sum(counts.values())
+    line = f"[testing mutants {clock}] {done}/{total}  " + "  ".join(
+        f"{status.lower()} {counts.get(status, 0)}"
+        for status in ("Killed", "Survived", "Timeout", "NoCoverage")
     )
     if campaign.tests_started is not None and done:
-        elapsed = time.monotonic() - campaign.tests_started
-        rate = done / elapsed if elapsed > 0 else 0.0
+        elapsed_s = time.monotonic() - campaign.tests_started
+        rate = done / elapsed_s if elapsed_s > 0 else 0.0
         eta = (total - done) / rate if rate else 0.0
         line += f"  {rate:.2f}/s  ETA {int(eta) // 60}m{int(eta) % 60:02d}s"
     return line
 
 
-def phase_of(log_text: str, codes: dict) -> str:
-    if "Running mutation testing" in log_text:
-        return "testing mutants"
-    if "Running forced fail test" in log_text or "Running clean tests" in log_text:
-        return "clean run"
-    if "Running stats" in log_text:
-        return "collecting coverage"
-    return "generating mutants" if not codes else "collecting coverage"
-
-
-def watch(campaign: Campaign, process: subprocess.Popen, log: Path) -> None:
+def watch(campaign: Campaign, process: subprocess.Popen) -> None:
     tty = sys.stdout.isatty()
-    cache: dict[Path, dict] = {}
     last_print = 0.0
-    line = ""
     while process.poll() is None:
         time.sleep(1.0)
-        codes = exit_codes(campaign.workspace, cache)
-        phase = "testing mutants"
-        if campaign.tests_started is None:  # read mutmut's log only until the tests begin
-            phase = phase_of(log.read_text(errors="replace"), codes)
-            if phase == "testing mutants":
-                campaign.tests_started = time.monotonic()
-        line = progress_line(campaign, codes, phase)
+        progress = read_progress(campaign.workspace)
+        if campaign.tests_started is None and progress and progress["phase"] == "testing mutants":
+            campaign.tests_started = time.monotonic()
+        line = progress_line(campaign, progress)
         if tty:
             print("\r" + line.ljust(110), end="", flush=True)
         elif time.monotonic() - last_print >= PROGRESS_EVERY_S:
@@ -226,12 +231,14 @@ def interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_mutmut(campaign: Campaign) -> None:
-    """Generate and test the mutants in the prepared workspace; raise CampaignError if mutmut fails."""
+def run_campaign(campaign: Campaign) -> dict:
+    """Generate and test the mutants in the prepared workspace: the engine's results, or
+    CampaignError when the campaign could not run."""
     log = campaign.workspace / "driver.log"
     command = [sys.executable, "attnspec_driver.py", "--max-children", str(campaign.max_children)]
     if campaign.faults_only:
         command.append("--faults-only")
+    command.append("plan.json")
     with open(log, "w") as out:
         process = subprocess.Popen(
             command,
@@ -242,15 +249,19 @@ def run_mutmut(campaign: Campaign) -> None:
             start_new_session=True,
         )
     try:
-        watch(campaign, process, log)
+        watch(campaign, process)
     finally:
         stop(process)
     campaign.finished = time.monotonic()
-    (campaign.root / "reports").mkdir(exist_ok=True)
-    shutil.copy(log, campaign.root / "reports" / "mutation-campaign.log")
-    if process.returncode != 0:
+    campaign.reports.mkdir(exist_ok=True)
+    shutil.copy(log, campaign.reports / "mutation-campaign.log")
+    results_path = campaign.workspace / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if process.returncode != 0 or "error" in results or not results:
         tail = "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-40:])
-        raise CampaignError(f"mutmut run exited with {process.returncode}; last lines of its log:\n{tail}")
+        why = results.get("error") or f"the driver exited with {process.returncode}"
+        raise CampaignError(f"{why}; last lines of its log:\n{tail}")
+    return results
 
 
 @contextmanager

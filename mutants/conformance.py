@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .catalogue import FAULTS
 from .html import render
-from .matrix import matrix_table, write_heatmap
+from .matrix import kill_cells, write_matrix
 from .report import Mutant, percent, stryker_report, untriaged
 from .sites import SiteMutant, mutants_in
 
@@ -219,7 +219,6 @@ def as_report_mutants(mutants: list[SiteMutant], results: dict) -> list[Mutant]:
                 path=site.path,
                 operator=site.fault,
                 status=result["status"],
-                exit_code=None,
                 start=site.start,
                 end=site.end,
                 replacement=site.replacement,
@@ -319,22 +318,6 @@ def requirement_order(rid: str) -> tuple[str, int]:
     return (prefix, int(number)) if number.isdigit() else (rid, 0)
 
 
-def kill_cells(mutants: list[Mutant], results: dict) -> tuple[dict, dict]:
-    cells: dict[str, dict[str, float]] = {}
-    paths: dict[str, set[str]] = {}
-    for mutant in mutants:
-        if mutant.status != "Killed":
-            continue
-        row = cells.setdefault(mutant.operator, {})
-        on = paths.setdefault(mutant.operator, set())
-        for _test, requirements, seconds, path in results["mutants"][mutant.name]["failures"]:
-            for rid in requirements:
-                row[rid] = min(row.get(rid, float("inf")), float(seconds))
-            if path:
-                on.add(path)
-    return cells, paths
-
-
 def write_reports(
     name: str, sources: list[Source], mutants: list[Mutant], results: dict, wall_s: float, root: Path
 ) -> int:
@@ -343,7 +326,7 @@ def write_reports(
     texts = {shown_path(s): s.file.read_text(encoding="utf-8") for s in sources}
     performance = {"setup": 0.0, "initialRun": results["clean_s"], "mutation": results["mutation_s"]}
     config = {"target": name, "mode": "conformance", "sources": {shown_path(s): str(s.file) for s in sources}}
-    report = stryker_report(mutants, texts, results, config, performance)
+    report = stryker_report(mutants, texts, results["duration_by_test"], config, performance)
     report["framework"] = {
         "name": "attnspec conformance",
         "dependencies": {"attnspec fault catalogue": ", ".join(f.id for f in FAULTS)},
@@ -354,18 +337,12 @@ def write_reports(
     triage = load_triage(name)
     rows = fault_rows(mutants, triage)
     text, failures = summary_text(name, mutants, rows, triage, wall_s, report_path.relative_to(root))
-    cells, paths = kill_cells(mutants, results)
-    table = matrix_table(cells, paths, set(results.get("requirements_run", [])))
-    (out_dir / "kill-matrix.json").write_text(
-        json.dumps(
-            {"requirements": cells, "paths": {f: sorted(p) for f, p in paths.items()}},
-            indent=1,
-            sort_keys=True,
-        )
-    )
-    if write_heatmap(cells, out_dir / "kill-matrix.png"):
-        table += f"\n  heatmap: {(out_dir / 'kill-matrix.png').relative_to(root)}"
-    text += "\n\n" + table
+    lines: dict[str, list[list]] = {}
+    for mutant in mutants:
+        if mutant.status == "Killed":
+            lines.setdefault(mutant.operator, []).extend(results["mutants"][mutant.name]["failures"])
+    cells, paths = kill_cells(lines)
+    text += "\n\n" + write_matrix(cells, paths, out_dir, root, set(results.get("requirements_run", [])))
     print(text, flush=True)
     (out_dir / "mutation-summary.txt").write_text(text + "\n")
     (out_dir / "fault-table.json").write_text(

@@ -1,7 +1,9 @@
 """Runs inside a campaign workspace (copied there as attnspec_driver.py, next to
-attnspec_catalogue.py): installs the operator list, writes tags.json, then runs `mutmut run`.
+attnspec_catalogue.py and attnspec_engine.py): installs the operator list, writes tags.json, has
+mutmut generate the mutants (its copy of the workspace, ``mutants/``, with every function a
+trampoline), then runs the engine there on PLAN.json.
 
-    python attnspec_driver.py [--faults-only] --max-children N
+    python attnspec_driver.py [--faults-only] --max-children N PLAN.json
 
 tags.json maps every mutant name to the operator that made it and the span of the node it
 replaced.  mutmut records neither, so the driver replays mutmut's own mutant enumeration
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 import attnspec_catalogue as catalogue
+import attnspec_engine as engine  # imported before mutmut takes the workspace off sys.path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 from mutmut.mutation import mutators
@@ -86,21 +91,38 @@ def write_tags(table: list, out: Path) -> None:
     out.write_text(json.dumps(tags, ensure_ascii=False))
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--faults-only", action="store_true")
     parser.add_argument("--max-children", type=int, required=True)
+    parser.add_argument("plan")
     args = parser.parse_args()
+    plan = str(Path(args.plan).resolve())  # read from mutants/, once mutmut made it
 
     table = operator_table(args.faults_only)
     write_tags(table, Path("tags.json"))
     # mutmut's file_mutation module holds this very list object: change it in place.
     mutators.mutation_operators[:] = [(node_type, op) for node_type, _, op in table]
+    generate(args.max_children)
+    os.chdir("mutants")
+    return engine.main(plan)
 
-    from mutmut.__main__ import cli
 
-    cli.main(["run", "--max-children", str(args.max_children)], prog_name="mutmut")
+def generate(processes: int) -> None:
+    """mutmut's generation step (what `mutmut run` does before it tests): its copy of the sources
+    with every mutant and trampoline in ``mutants/``, first on sys.path."""
+    from mutmut.__main__ import create_mutants
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+
+    set_mutant_under_test("mutant_generation")
+    Path("mutants").mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    setup_source_paths()
+    create_mutants(processes)
+    print("mutants generated", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

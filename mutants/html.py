@@ -11,6 +11,7 @@ import html
 from collections import Counter, defaultdict
 
 STATUSES = ("Survived", "NoCoverage", "Timeout", "Killed", "CompileError", "RuntimeError", "Ignored")
+STATUSES += ("Pending",)  # a shard's report: the mutants that other shards run
 COLOURS = {
     "Killed": "#2e7d32",
     "Survived": "#c62828",
@@ -19,6 +20,7 @@ COLOURS = {
     "CompileError": "#607d8b",
     "RuntimeError": "#607d8b",
     "Ignored": "#9e9e9e",
+    "Pending": "#bdbdbd",
 }
 
 STYLE = """

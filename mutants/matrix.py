@@ -1,83 +1,50 @@
 """The kill matrix: which requirements' properties kill each catalogue fault, and how fast.
 
-mutmut stops a mutant's run at its first failing test, so after the campaign every catalogue
-mutant is run once more against every test that reaches it (in mutmut's mutated copy of the
-workspace, selected by MUTANT_UNDER_TEST; matrix_worker.py forks one child per mutant from one warm
-process).  The kill recorder logs each failing test with its requirement ids and duration, and
-skips a test once all its requirements have killed the mutant.  A cell
-(fault, requirement) holds the fastest failing test of that requirement over the fault's mutants.
+A campaign stops a mutant's run at its first failing test, except for the catalogue mutants when
+the kill matrix is on: those run every test that covers them (engine.py; a test that never calls
+the mutated function runs as in the clean run, which passed), skipping a test once every
+requirement it checks has killed the mutant on its attention path.  Each failing test is one line
+[test, requirement ids, seconds, attention path], and a cell (fault, requirement) holds the fastest
+failing test of that requirement over the fault's mutants.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-
-from mutmut.utils.format_utils import mangled_name_from_mutant_name
 
 from .catalogue import FAULTS
 
 Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
 Paths = dict[str, set[str]]  # fault id -> attention paths ("explicit", "tiled") whose tests killed it
-WORKER = "attnspec_matrix_worker.py"  # matrix_worker.py, as copied into mutmut's copy of the workspace
 
 
-def matrix_plan(workspace: Path, names: list[str], workers: int) -> dict:
-    """The worker's plan: per mutant, the tests that mutmut's coverage run saw call its function (its
-    stats in mutants/mutmut-stats.json), the meta tests left out (they check no requirement), fastest
-    first, and their clean-run seconds."""
-    stats = json.loads((workspace / "mutants" / "mutmut-stats.json").read_text(encoding="utf-8"))
-    duration = stats["duration_by_test"]
-    mutants = []
-    for name in names:
-        covering = stats["tests_by_mangled_function_name"].get(mangled_name_from_mutant_name(name), [])
-        tests = sorted(
-            (t for t in covering if "/meta_tests/" not in t), key=lambda t: (duration.get(t, 0.0), t)
-        )
-        if tests:
-            mutants.append(
-                {"name": name, "tests": tests, "budget_s": sum(duration.get(t, 0.0) for t in tests)}
-            )
-    return {"workers": max(1, workers), "mutants": mutants}
+def kill_cells(failures_by_fault: dict[str, list[list]]) -> tuple[Matrix, Paths]:
+    """The matrix's cells from each fault's failing-test lines (one row per fault given, even empty)."""
+    cells: Matrix = {}
+    paths: Paths = {}
+    for fault_id, failures in failures_by_fault.items():
+        row = cells.setdefault(fault_id, {})
+        on = paths.setdefault(fault_id, set())
+        for _test, requirements, seconds, path in failures:
+            for rid in requirements:
+                row[rid] = min(row.get(rid, float("inf")), float(seconds))
+            if path:
+                on.add(path)
+    return cells, paths
 
 
-def kill_matrix(
-    workspace: Path, env: dict[str, str], mutants_by_fault: dict[str, list[str]], workers: int
-) -> tuple[Matrix, Paths]:
-    """Run every catalogue mutant against the tests that reach it (matrix_worker.py); ``env`` is the
-    campaign's environment.  Also returns, per fault, the attention paths on which a test killed it."""
-    out_dir = workspace / "matrix"
-    out_dir.mkdir(exist_ok=True)
-    names = [name for names in mutants_by_fault.values() for name in names]
-    plan = workspace / "matrix-plan.json"
-    plan.write_text(json.dumps(matrix_plan(workspace, names, workers)), encoding="utf-8")
-    shutil.copy(Path(__file__).with_name("matrix_worker.py"), workspace / "mutants" / WORKER)
-    env = dict(env, ATTNSPEC_KILLS_DIR=str(out_dir))
-    command = [sys.executable, WORKER, str(plan)]
-    with open(workspace / "matrix.log", "w") as log:
-        done = subprocess.run(
-            command, cwd=workspace / "mutants", env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    if done.returncode != 0:
-        tail = (workspace / "matrix.log").read_text(errors="replace").splitlines()[-20:]
-        raise RuntimeError("the kill matrix failed:\n" + "\n".join(tail))
-    matrix: Matrix = {fault_id: {} for fault_id in mutants_by_fault}
-    paths: Paths = {fault_id: set() for fault_id in mutants_by_fault}
-    for fault_id, fault_mutants in mutants_by_fault.items():
-        for name in fault_mutants:
-            log = out_dir / f"{name}.tsv"
-            lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-            for line in lines:
-                _test, requirements, seconds, path = line.split("\t")
-                for rid in filter(None, requirements.split(",")):
-                    cell = matrix[fault_id]
-                    cell[rid] = min(cell.get(rid, float("inf")), float(seconds))
-                if path:
-                    paths[fault_id].add(path)
-    return matrix, paths
+def write_matrix(
+    cells: Matrix, paths: Paths, out_dir: Path, root: Path, checked: set[str] | None = None
+) -> str:
+    """kill-matrix.json and kill-matrix.png in ``out_dir``; returns the terminal table."""
+    saved = {"requirements": cells, "paths": {fault: sorted(on) for fault, on in paths.items()}}
+    (out_dir / "kill-matrix.json").write_text(json.dumps(saved, indent=1, sort_keys=True))
+    table = matrix_table(cells, paths, checked)
+    heatmap = out_dir / "kill-matrix.png"
+    if write_heatmap(cells, heatmap):
+        table += f"\n  heatmap: {heatmap.relative_to(root) if heatmap.is_relative_to(root) else heatmap}"
+    return table
 
 
 def matrix_table(matrix: Matrix, paths: Paths, checked: set[str] | None = None) -> str:

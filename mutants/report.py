@@ -1,9 +1,9 @@
 """Read a finished campaign's workspace, write the Stryker report, print the summary, decide the gate.
 
-Inputs (all in the workspace): mutmut's `mutants/<file>.py.meta` (exit code per mutant),
-`mutants/<file>.py.spans` (line span of every generated function in the mutated file),
-`mutants/mutmut-stats.json` (which tests cover which function), the driver's tags.json (which
-operator made each mutant) and kills/<mutant>.tsv (the test that killed it).
+Inputs (all in the workspace): mutmut's `mutants/<file>.py.meta` (the mutants of each file),
+`mutants/<file>.py.spans` (line span of every generated function in the mutated file), the
+driver's tags.json (which operator made each mutant) and the engine's results.json (each mutant's
+status, covering tests and failing tests; each test's duration).
 
 Locations come from a diff: the unmutated copy of the function (`..._mutmut_orig`) and the
 mutant (`..._mutmut_<i>`) are read out of the mutated file, the common prefix and suffix are
@@ -22,25 +22,12 @@ from pathlib import Path
 
 import mutmut
 from mutmut.mutation.diff_apply import generated_function_names
-from mutmut.stats import status_by_exit_code
-from mutmut.utils.format_utils import mangled_name_from_mutant_name, orig_function_and_class_names_from_key
+from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
 from .catalogue import FAULTS, FAULTS_BY_ID
 
-# mutmut's status words -> Stryker's MutantStatus
-STRYKER_STATUS = {
-    "killed": "Killed",
-    "survived": "Survived",
-    "no tests": "NoCoverage",
-    "timeout": "Timeout",
-    "suspicious": "RuntimeError",
-    "segfault": "RuntimeError",
-    "skipped": "Ignored",
-    "caught by type check": "CompileError",
-    "check was interrupted by user": "Pending",
-    "not checked": "Pending",
-}
 UNDETECTED = ("Survived", "NoCoverage")  # what the gate calls a survivor
+ANOTHER_SHARD = "run by another shard"  # the reason of a shard report's Pending mutants
 THRESHOLDS = {"high": 80, "low": 60}
 TRIAGE_FILE = Path(__file__).resolve().parent / "triage.toml"
 
@@ -51,7 +38,6 @@ class Mutant:
     path: str  # source file relative to the workspace root, e.g. attnspec/impl/masks.py
     operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F16)
     status: str  # Stryker status
-    exit_code: int | None
     start: tuple[int, int] = (1, 1)  # 1-based line and column, end exclusive
     end: tuple[int, int] = (1, 1)
     replacement: str = ""
@@ -60,6 +46,8 @@ class Mutant:
     killed_by: list[str] = field(default_factory=list)
     killing_requirements: list[str] = field(default_factory=list)
     duration_s: float | None = None
+    tests_completed: int | None = None
+    reason: str = ""  # why a mutant is Pending (another shard), a Timeout or a RuntimeError
     problem: str = ""  # set when the replayed tag and mutmut's mutant disagree
 
 
@@ -193,39 +181,24 @@ def locate(mutant: Mutant, source: str, original_text: str, mutant_text: str, no
 # --- reading the workspace ---------------------------------------------------------------------
 
 
-def read_kills(workspace: Path, name: str) -> tuple[list[str], list[str]]:
-    kills = workspace / "kills" / f"{name}.tsv"
-    if not kills.exists():
-        return [], []
-    test, requirements = kills.read_text(encoding="utf-8").splitlines()[0].split("\t")[:2]
-    return [test], [r for r in requirements.split(",") if r]
-
-
-def read_mutants(workspace: Path) -> tuple[list[Mutant], dict[str, str], dict]:
-    """(mutants, {source path: original source}, mutmut-stats.json)."""
+def read_mutants(workspace: Path, results: dict) -> tuple[list[Mutant], dict[str, str]]:
+    """(mutants, {source path: original source}); ``results`` is the engine's results.json."""
     tags = json.loads((workspace / "tags.json").read_text(encoding="utf-8"))
-    stats = json.loads((workspace / "mutants" / "mutmut-stats.json").read_text())
     mutated_root = workspace / "mutants"
     mutants: list[Mutant] = []
     sources: dict[str, str] = {}
     for meta_path in sorted(mutated_root.rglob("*.py.meta")):
         path = meta_path.relative_to(mutated_root).as_posix().removesuffix(".meta")
-        meta = json.loads(meta_path.read_text())
-        if not meta["exit_code_by_key"]:
+        names = list(json.loads(meta_path.read_text())["exit_code_by_key"])
+        if not names:
             continue
         sources[path] = (workspace / path).read_text()
         spans = json.loads((mutated_root / f"{path}.spans").read_text())["spans"]
         lines = (mutated_root / path).read_text().splitlines(keepends=True)
-        for name, exit_code in meta["exit_code_by_key"].items():
+        for name in names:
             tag = tags.get(name, {})
-            mutant = Mutant(
-                name=name,
-                path=path,
-                operator=tag.get("operator", "?"),
-                status=STRYKER_STATUS[status_by_exit_code[exit_code]],
-                exit_code=exit_code,
-                duration_s=meta["durations_by_key"].get(name),
-            )
+            mutant = Mutant(name=name, path=path, operator=tag.get("operator", "?"), status="Pending")
+            fill_result(mutant, results["mutants"].get(name))
             if not tag:
                 mutant.problem = "the driver's replay did not produce this mutant"
             original_name, generated_name = generated_function_names(name)
@@ -235,10 +208,6 @@ def read_mutants(workspace: Path) -> tuple[list[Mutant], dict[str, str], dict]:
                 for generated in (original_name, generated_name)
             )
             locate(mutant, sources[path], original_text, mutant_text, tag.get("node"))
-            mutant.covered_by = sorted(
-                stats["tests_by_mangled_function_name"].get(mangled_name_from_mutant_name(name), [])
-            )
-            mutant.killed_by, mutant.killing_requirements = read_kills(workspace, name)
             mutants.append(mutant)
     extra = set(tags) - {mutant.name for mutant in mutants}
     for name in sorted(extra):
@@ -248,11 +217,25 @@ def read_mutants(workspace: Path) -> tuple[list[Mutant], dict[str, str], dict]:
                 path="?",
                 operator=tags[name]["operator"],
                 status="Pending",
-                exit_code=None,
                 problem="replayed by the driver but not generated by mutmut",
             )
         )
-    return mutants, sources, stats
+    return mutants, sources
+
+
+def fill_result(mutant: Mutant, result: dict | None) -> None:
+    """A mutant's status, tests and time from its entry in results.json (None: another shard's)."""
+    if result is None:
+        mutant.reason = ANOTHER_SHARD
+        return
+    mutant.status = result["status"]
+    mutant.covered_by = list(result.get("covering", []))
+    failures = result.get("failures", [])
+    if failures:
+        mutant.killed_by, mutant.killing_requirements = [failures[0][0]], list(failures[0][1])
+    mutant.duration_s = result.get("seconds")
+    mutant.tests_completed = result.get("tests_run")
+    mutant.reason = result.get("reason", "")
 
 
 # --- the Stryker report ------------------------------------------------------------------------
@@ -263,7 +246,11 @@ def fault_descriptions() -> dict[str, str]:
 
 
 def stryker_report(
-    mutants: list[Mutant], sources: dict[str, str], stats: dict, config: dict, performance: dict[str, float]
+    mutants: list[Mutant],
+    sources: dict[str, str],
+    durations: dict[str, float],
+    config: dict,
+    performance: dict[str, float],
 ) -> dict:
     descriptions = fault_descriptions()
     files: dict[str, dict] = {
@@ -288,11 +275,13 @@ def stryker_report(
             entry["killedBy"] = mutant.killed_by
         if mutant.duration_s:
             entry["duration"] = round(mutant.duration_s * 1000)
-        if mutant.problem:
-            entry["statusReason"] = mutant.problem
+        if mutant.tests_completed is not None:
+            entry["testsCompleted"] = mutant.tests_completed
+        if mutant.problem or mutant.reason:
+            entry["statusReason"] = mutant.problem or mutant.reason
         files[mutant.path]["mutants"].append(entry)
     test_files: dict[str, dict] = defaultdict(lambda: {"tests": []})
-    for test_id in sorted(stats.get("duration_by_test", {})):
+    for test_id in sorted(durations):
         test_file, _, test_name = test_id.partition("::")
         test_files[test_file]["tests"].append({"id": test_id, "name": test_name or test_id})
     return {
@@ -303,7 +292,7 @@ def stryker_report(
         "testFiles": dict(test_files),
         "performance": {phase: round(seconds * 1000) for phase, seconds in performance.items()},
         "framework": {
-            "name": "mutmut",
+            "name": "mutmut (mutants) and attnspec's engine (runner)",
             "version": mutmut.__version__,
             "dependencies": {"attnspec fault catalogue": ", ".join(f.id for f in FAULTS)},
         },
@@ -370,16 +359,21 @@ def summarize(
     triage: dict[str, dict],
     min_strength: float | None = None,
 ) -> tuple[str, list[str]]:
-    """(summary text, gate failures)."""
+    """(summary text, gate failures).  A shard's summary judges its own mutants: a fault whose
+    mutants all ran in other shards is not a failure there (the merged report judges it)."""
+    elsewhere = {m.name for m in mutants if m.reason == ANOTHER_SHARD}
+    sharded = bool(elsewhere)
+    mutants = [m for m in mutants if m.name not in elsewhere] if sharded else mutants
     count = defaultdict(int)
     for mutant in mutants:
         count[mutant.status] += 1
     total = len(mutants)
     killed, survived = count["Killed"], count["Survived"]
     other = total - killed - survived - count["Timeout"] - count["NoCoverage"]
+    how = [campaign_info["mode"], f"{campaign_info['max_children']} workers"]
+    how += [note for note in (campaign_info.get("shard"), campaign_info.get("reuse")) if note]
     out = [
-        f"mutation campaign: {campaign_info['mode']}, {campaign_info['max_children']} workers, "
-        f"process_isolation={campaign_info['isolation']}, mutmut {mutmut.__version__}",
+        f"mutation campaign: {', '.join(how)}; mutants by mutmut {mutmut.__version__}",
         f"mutants {total}   killed {killed}   survived {survived}   timeout {count['Timeout']}   "
         f"no-tests {count['NoCoverage']}   other {other}",
         f"mutation score {percent(killed, total)} (killed/all)   "
@@ -390,6 +384,9 @@ def summarize(
     ]
     failures: list[str] = []
     for fault, result in zip(FAULTS, fault_results(mutants), strict=True):
+        if sharded and result.status == "no site":
+            out.append(f"  {fault.id:<4} {'elsewhere':<9} {fault.description}  [in other shards or no site]")
+            continue
         killers = sorted({r for m in result.mutants for r in m.killing_requirements})
         detail = f"{len(result.mutants)} mutant(s)"
         if killers:  # mutmut stops at the first failing test: these are the first killers only
@@ -425,7 +422,7 @@ def summarize(
         failures.append(f"{len(survivors)} untriaged survivors")
     used = {m.name for m in mutants if m.status in UNDETECTED}
     unused = sorted(set(triage) - used)
-    if unused and campaign_info["mode"] == "full":  # a faults-only run makes none of them
+    if unused and campaign_info["mode"] == "full" and not sharded:  # a faults-only run makes none of them
         out += ["", "triage entries that match no survivor (remove them): " + ", ".join(unused)]
     strength = 100 * killed / (killed + survived) if killed + survived else 100.0
     if min_strength is not None and strength < min_strength:

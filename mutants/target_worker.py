@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from .killrecorder import _keys, _path, _requirements
+from .engine import item_keys, item_path, item_requirements
 
 MIN_TIMEOUT_S = 60.0
 
@@ -60,7 +60,7 @@ class CleanRun:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        self.requirements.update(_requirements(item))
+        self.requirements.update(item_requirements(item))
         self.current = set()
         previous = sys.gettrace()
         sys.settrace(self._global)
@@ -84,7 +84,7 @@ class MutantRun:
         self.failures: list[list] = []
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        keys = _keys(item)
+        keys = item_keys(item)
         if keys and keys <= self.killed:
             pytest.skip("every requirement of this test already killed the mutant on this path")
 
@@ -92,8 +92,10 @@ class MutantRun:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         if report.failed:
-            self.killed.update(_keys(item))
-            self.failures.append([item.nodeid, _requirements(item), round(report.duration, 3), _path(item)])
+            self.killed.update(item_keys(item))
+            self.failures.append(
+                [item.nodeid, item_requirements(item), round(report.duration, 3), item_path(item)]
+            )
         return report
 
 

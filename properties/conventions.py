@@ -10,12 +10,18 @@ built for it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle_by_rows, rope_oracle
+
+# Set by the mutation campaign's runner while a mutant runs a property (one that checks a requirement):
+# a failure kills the mutant whatever it says, so the oracles of the neighbouring conventions (up to
+# seconds per failing example) are not run there.  Nothing else reads it.
+TERSE = "ATTNSPEC_TERSE_FAILURES"
 
 CONVENTIONS = (
     "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
@@ -67,7 +73,9 @@ def explained_by(out: torch.Tensor, golden: torch.Tensor, candidates: list[Candi
 
 def explanation(out: torch.Tensor, golden: torch.Tensor, candidates: list[Candidate]) -> str | None:
     """The diagnosis of the one candidate that explains ``out``; when several do, a line saying that
-    this case cannot tell them apart; None when none does."""
+    this case cannot tell them apart; None when none does (or in a campaign's mutant run: TERSE)."""
+    if os.environ.get(TERSE) == "1":
+        return None
     found = explained_by(out, golden, candidates)
     if len(found) == 1:
         return found[0].diagnosis()

@@ -167,7 +167,7 @@ def test_a_fault_counts_as_equivalent_only_while_its_triage_entry_matches():
     from mutants.conformance import fault_rows
     from mutants.report import Mutant
 
-    survivor = Mutant(name="m.f__F8_1", path="m.py", operator="F8", status="Survived", exit_code=None)
+    survivor = Mutant(name="m.f__F8_1", path="m.py", operator="F8", status="Survived")
     survivor.replacement = "None"
     matching = {"m.f__F8_1": {"reason": "equivalent here", "replacement": "None"}}
     stale = {"m.f__F8_1": {"reason": "equivalent here", "replacement": "True"}}

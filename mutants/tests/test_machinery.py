@@ -6,6 +6,7 @@ specs/ as they are, properties/ replaced by two tests that kill F1 and F2 and no
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import pytest
 
 from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
-from mutants.matrix import matrix_plan
+from mutants.history import reaching, site_lines
 from mutants.report import changed_span
 
 
@@ -139,9 +140,8 @@ def test_changed_span_reports_whole_tokens():
 
 
 def test_generated_pyproject_configures_mutmut_and_pytest():
-    config = tomllib.loads(pyproject_text(REPO_ROOT, "forkserver"))
+    config = tomllib.loads(pyproject_text(REPO_ROOT))
     assert config["tool"]["mutmut"]["source_paths"] == ["attnspec/impl/"]
-    assert config["tool"]["mutmut"]["process_isolation"] == "forkserver"
     assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["attnspec/properties"]
 
 
@@ -304,38 +304,35 @@ def processes_in(directory: Path) -> list[str]:
     return pids
 
 
-def test_the_kill_matrix_runs_each_mutant_against_the_tests_that_reach_its_function(tmp_path):
-    # mutmut's coverage run names the tests that call each function; the matrix runs those (a test that
-    # never calls the mutated function runs as in the clean run, which passed), fastest first, never a
-    # meta test (they check no requirement), and skips a mutant no test reaches.
-    (tmp_path / "mutants").mkdir()
-    stats = {
-        "tests_by_mangled_function_name": {
-            "attnspec.impl.masks.x_causal_mask": [
-                "p/test_a.py::slow",
-                "p/meta_tests/test_m.py::t",
-                "p/test_b.py::fast",
-            ]
-        },
-        "duration_by_test": {
-            "p/test_a.py::slow": 2.0,
-            "p/test_b.py::fast": 0.5,
-            "p/meta_tests/test_m.py::t": 0.1,
-        },
+def test_a_mutant_runs_the_covering_tests_that_execute_its_statement():
+    # The clean run records the lines of each function a test executes (0 = the def line).  A test that
+    # never executes the mutated statement runs the function exactly as the original: it passes as in
+    # the clean run, so only the others run.  A change in the signature acts on every call.
+    original = textwrap.dedent(
+        """\
+        def attend(q, k, sinks=None, scale=1.0):
+            s = q @ k.mT * scale
+            if sinks is not None:
+                s = torch.cat([s,
+                               sinks], -1)
+            return s.softmax(-1)
+        """
+    )
+    tests = {
+        "t::plain": {"lines": {"m.x_attend": [1, 2, 5]}},
+        "t::sinks": {"lines": {"m.x_attend": [1, 2, 3, 5]}},
+        "t::other": {"lines": {}},
     }
-    (tmp_path / "mutants" / "mutmut-stats.json").write_text(json.dumps(stats))
-    names = ["attnspec.impl.masks.x_causal_mask__mutmut_3", "attnspec.impl.masks.x_window_mask__mutmut_1"]
-    plan = matrix_plan(tmp_path, names, workers=2)
-    assert plan == {
-        "workers": 2,
-        "mutants": [
-            {
-                "name": names[0],
-                "tests": ["p/test_b.py::fast", "p/test_a.py::slow"],
-                "budget_s": 2.5,
-            }
-        ],
-    }
+    covering = ["t::plain", "t::sinks"]
+
+    def reached(mutated: str) -> list[str]:
+        mutant = {"function": "m.x_attend", "site": site_lines(original, mutated)}
+        return reaching(mutant, covering, tests)
+
+    assert reached(original.replace("sinks], -1)", "sinks], -2)")) == ["t::sinks"]  # 2nd line of a call
+    assert reached(original.replace("is not None", "is None")) == covering  # the if's condition
+    assert reached(original.replace("scale=1.0", "scale=2.0")) == covering  # the signature
+    assert reached(original.replace("s.softmax(-1)", "s.softmax(-2)")) == covering
 
 
 def test_every_meta_test_that_runs_the_kit_in_a_subprocess_is_left_out_of_campaigns():
@@ -346,3 +343,29 @@ def test_every_meta_test_that_runs_the_kit_in_a_subprocess_is_left_out_of_campai
         f"meta_tests/{p.name}" for p in meta_tests.glob("test_*.py") if "kit_runs" in p.read_text()
     }
     assert runs_the_kit and runs_the_kit <= set(SUBPROCESS_TESTS)
+
+
+def test_a_property_computes_a_failures_wording_only_once_it_has_failed():
+    # While a mutant runs a property, the runner sets ATTNSPEC_TERSE_FAILURES and conventions.explanation
+    # returns None: sound only if the wording is computed after a check has failed (so it changes the
+    # message, never the verdict).  Every call of the conventions' explainers (or of a `mismatch`
+    # partial of one) in properties/ sits in an `except AssertionError` handler; diagnosis.py words a
+    # non-impl target's failures and is checked by the meta tests, which run as written.
+    explainers = {"convention_mismatch", "layer_convention_mismatch", "rope_convention_mismatch", "mismatch"}
+    explainers |= {"explanation", "explained_by"}
+    for path in sorted((REPO_ROOT / "properties").glob("*.py")):
+        if path.name in ("conventions.py", "diagnosis.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        handled: set[int] = set()
+        for handler in ast.walk(tree):
+            if (
+                isinstance(handler, ast.ExceptHandler)
+                and ast.unparse(handler.type or ast.Name()) == "AssertionError"
+            ):
+                handled |= {id(node) for node in ast.walk(handler)}
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in explainers:
+                assert id(call) in handled, (
+                    f"{path.name}:{call.lineno} words a failure before any check failed"
+                )

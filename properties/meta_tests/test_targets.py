@@ -73,7 +73,11 @@ class Kernel:
         return correct(q, k, v, **kwargs)
 
 
-@pytest.mark.parametrize("capabilities", [set(), {"weights", "gqa", "decode", "value_dim"}], ids=repr)
+@pytest.mark.parametrize(
+    "capabilities",
+    [set(), {"weights", "gqa", "decode", "value_dim"}],
+    ids=lambda c: "+".join(sorted(c)) or "none",
+)
 def test_a_correct_target_has_no_problem(capabilities):
     assert target_problems(targets.Target("mine", correct, frozenset(capabilities))) == []
     assert target_problems(targets.load("impl")) == []

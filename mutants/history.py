@@ -1,0 +1,303 @@
+"""What a campaign's results depend on, so that ``--incremental`` re-runs only what changed and
+``--shard`` splits the mutants the same way on every machine (copied into the workspace as
+attnspec_history.py, beside the engine).
+
+A mutant's previous result is reused when all of these are unchanged (StrykerJS's rule):
+- the source of the function it mutates, and its own code (so the operator made the same change);
+- its operator: the catalogue's source for a catalogue fault, mutmut's version for mutmut's own;
+- the tests that cover it (the same node ids), each with the same fingerprint: its module's source,
+  the test modules it imports, and the suite's support code (every other file of properties/ and
+  specs/, the pytest configuration);
+- the matrix: a mutant graded up to its first failure has no kill-matrix row to give.
+Only Killed, Survived and NoCoverage are reused; a Timeout or an error is run again.  Anything that
+changes every result (the versions of Python and the packages, impl's module-level code, which no
+function hash covers, the support code) makes a full campaign.
+
+The clean run is incremental on the same terms: a test runs again when its fingerprint changed or
+when it called a function whose source changed (its coverage may have changed); every other test
+keeps its previous coverage and duration (the tests are deterministic under the mutation profile).
+
+As in Stryker, a mutant is judged by its function and its tests: when another impl function that
+those tests also run changes, the reused result is the one of the previous code.  The full
+campaign (CI's main job) makes no such assumption.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import platform
+import textwrap
+import zlib
+from importlib import metadata
+from pathlib import Path
+
+VERSION = 1
+PACKAGES = ("torch", "hypothesis", "pytest", "numpy", "mutmut", "libcst")
+REUSABLE = ("Killed", "Survived", "NoCoverage")
+RESULT_FIELDS = ("status", "failures", "tests_run", "seconds", "matrix")
+
+
+def digest(*texts: str) -> str:
+    sha = hashlib.sha256()
+    for text in texts:
+        sha.update(text.encode("utf-8"))
+        sha.update(b"\0")
+    return sha.hexdigest()[:20]
+
+
+def shard_of(name: str, count: int) -> int:
+    """The shard (1..count) of a mutant: a stable hash of its name, the same on every machine."""
+    return zlib.crc32(name.encode("utf-8")) % count + 1
+
+
+def in_shard(name: str, shard: list[int] | None) -> bool:
+    return shard is None or shard_of(name, shard[1]) == shard[0]
+
+
+def environment() -> str:
+    versions = [platform.python_version()]
+    for package in PACKAGES:
+        try:
+            versions.append(f"{package}=={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} missing")
+    return digest(*versions)
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """Names of the test_*.py modules a test module imports (their tests' helpers are its code too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.name for a in node.names} | {(node.module or "").rpartition(".")[2]}
+        elif isinstance(node, ast.Import):
+            names |= {a.name.rpartition(".")[2] for a in node.names}
+    return {name for name in names if name.startswith("test_")}
+
+
+def generated_spans(mutated: Path) -> tuple[list[str], dict[str, list[int]]]:
+    spans = json.loads(mutated.with_name(mutated.name + ".spans").read_text(encoding="utf-8"))["spans"]
+    return mutated.read_text(encoding="utf-8").splitlines(keepends=True), spans
+
+
+def function_text(lines: list[str], spans: dict[str, list[int]], generated: str, plain: str) -> str:
+    start, end = spans[generated]
+    return "".join(lines[start - 1 : end]).replace(f"def {generated}(", f"def {plain}(", 1)
+
+
+def site_lines(original: str, mutant: str) -> list[int] | None:
+    """The lines of a mutant's function (0 = its ``def`` line) that a test must execute for the
+    mutant to change anything: every statement that holds a changed line (for a compound
+    statement, its header: the ``if`` and its condition).  None when the change is in the
+    signature (a default value acts on every call) or cannot be placed.
+
+    A test that executes none of these lines in the clean run runs the mutant's function exactly
+    as the original, so it passes as in the clean run: the tests are deterministic."""
+    old, new = original.splitlines(), mutant.splitlines()
+    changed: set[int] = set()  # 1-based lines of the original
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        changed |= set(range(i1 + 1, i2 + 1)) if i2 > i1 else {i1, i1 + 1}
+    try:
+        function = ast.parse(textwrap.dedent(original)).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or not changed:
+        return None
+    if min(changed) < function.body[0].lineno:
+        return None  # the signature
+    statements = [node for node in ast.walk(function) if isinstance(node, ast.stmt) and node is not function]
+    site: set[int] = set()
+    for line in changed:
+        holding = [node for node in statements if node.lineno <= line <= (node.end_lineno or node.lineno)]
+        if not holding:
+            return None
+        inner = min(holding, key=lambda node: (node.end_lineno or node.lineno) - node.lineno)
+        body = getattr(inner, "body", None)
+        last = (inner.end_lineno or inner.lineno) if not body else body[0].lineno - 1
+        site |= set(range(inner.lineno, max(inner.lineno, last) + 1))
+    return sorted(line - 1 for line in site)
+
+
+def current_state(workspace: Path, test_paths: dict[str, Path]) -> dict:
+    """Fingerprints of everything the results depend on, for the code in ``workspace`` (the
+    campaign's copy: attnspec/ as written, mutants/ as mutmut generated it)."""
+    from mutmut.mutation.diff_apply import generated_function_names
+    from mutmut.utils.format_utils import (
+        mangled_name_from_mutant_name,
+        orig_function_and_class_names_from_key,
+    )
+
+    package = workspace / "attnspec"
+    catalogue = (workspace / "attnspec_catalogue.py").read_text(encoding="utf-8")
+    tags = json.loads((workspace / "tags.json").read_text(encoding="utf-8"))
+    faults = set(json.loads((workspace / "faults.json").read_text(encoding="utf-8")))
+    mutmut_version = metadata.version("mutmut")
+
+    support_files = sorted(
+        p
+        for folder in ("properties", "specs")
+        for p in (package / folder).rglob("*.py")
+        if not p.name.startswith("test_")
+    )
+    support = digest(
+        (workspace / "pyproject.toml").read_text(encoding="utf-8"),
+        (package / "__init__.py").read_text(encoding="utf-8"),
+        *(f"{p.relative_to(package)}\n{p.read_text(encoding='utf-8')}" for p in support_files),
+    )
+    modules: dict[Path, str] = {}
+    for path in test_paths.values():
+        if path not in modules:
+            source = path.read_text(encoding="utf-8")
+            imported = sorted(imported_test_modules(source))
+            texts = [path.with_name(f"{name}.py") for name in imported]
+            modules[path] = digest(
+                support, source, *(p.read_text(encoding="utf-8") for p in texts if p.exists())
+            )
+    tests = {nodeid: modules[path] for nodeid, path in test_paths.items()}
+
+    functions: dict[str, str] = {}
+    spans: dict[str, list] = {}  # function -> [mutated file, first line, last line] of its original
+    mutants: dict[str, dict] = {}
+    context: list[str] = []
+    for meta in sorted((workspace / "mutants").rglob("*.py.meta")):
+        mutated = meta.with_name(meta.name.removesuffix(".meta"))
+        names = list(json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"])
+        original = (workspace / mutated.relative_to(workspace / "mutants")).read_text(encoding="utf-8")
+        if not names:
+            context.append(original)
+            continue
+        lines, generated_at = generated_spans(mutated)
+        rest = original
+        for name in names:
+            function = mangled_name_from_mutant_name(name)
+            orig_name, generated = generated_function_names(name)
+            plain = orig_function_and_class_names_from_key(name)[0]
+            text = function_text(lines, generated_at, orig_name, plain)
+            if function not in functions:
+                functions[function] = digest(text)
+                spans[function] = [str(mutated), *generated_at[orig_name]]
+                rest = rest.replace(text, f"<{function}>\n", 1)
+            operator = tags.get(name, {}).get("operator", "?")
+            fault = operator if operator in faults else None
+            code = function_text(lines, generated_at, generated, plain)
+            mutants[name] = {
+                "function": function,
+                "code": digest(code),
+                "site": site_lines(text, code),
+                "operator": operator,
+                "operator_version": digest(catalogue) if fault else mutmut_version,
+                "fault": fault,
+            }
+        context.append(rest)  # the module without its mutated functions: constants, imports, classes
+    return {
+        "fingerprints": {"environment": environment(), "support": support, "impl": digest(*context)},
+        "tests": tests,
+        "functions": functions,
+        "spans": spans,
+        "mutants": mutants,
+    }
+
+
+def load(path: str | None) -> dict | None:
+    """A previous run's results, or None when there is none or it cannot serve (an error, another
+    version of this format)."""
+    if not path or not Path(path).exists():
+        return None
+    try:
+        previous = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    if previous.get("version") != VERSION or "error" in previous:
+        return None
+    return previous
+
+
+def same_world(state: dict, previous: dict | None) -> bool:
+    return previous is not None and previous["fingerprints"] == state["fingerprints"]
+
+
+def changed_functions(state: dict, previous: dict) -> set[str]:
+    old, new = previous["functions"], state["functions"]
+    return {f for f in set(old) | set(new) if old.get(f) != new.get(f)}
+
+
+def tests_to_trace(state: dict, previous: dict | None) -> set[str]:
+    """The tests the clean run must run: all of them, or under --incremental the changed ones and
+    the ones that called a changed function."""
+    if not same_world(state, previous):
+        return set(state["tests"])
+    assert previous is not None
+    changed = changed_functions(state, previous)
+    old_tests = previous["tests"]
+    return {
+        nodeid
+        for nodeid, fingerprint in state["tests"].items()
+        if nodeid not in old_tests
+        or old_tests[nodeid].get("fingerprint") != fingerprint
+        or changed & set(old_tests[nodeid]["functions"])
+    }
+
+
+def merge_tests(state: dict, previous: dict | None, traced: dict[str, dict]) -> dict[str, dict]:
+    """Per test: fingerprint, duration, functions called, requirements (traced now, or kept)."""
+    tests = {}
+    for nodeid, fingerprint in state["tests"].items():
+        entry = traced.get(nodeid)
+        if entry is None:
+            assert previous is not None
+            entry = {k: v for k, v in previous["tests"][nodeid].items() if k != "fingerprint"}
+        tests[nodeid] = dict(entry, fingerprint=fingerprint)
+    return tests
+
+
+def coverage(tests: dict[str, dict]) -> dict[str, list[str]]:
+    """function -> the tests that call it."""
+    by_function: dict[str, list[str]] = {}
+    for nodeid, entry in tests.items():
+        for function in entry["functions"]:
+            by_function.setdefault(function, []).append(nodeid)
+    return {function: sorted(nodeids) for function, nodeids in by_function.items()}
+
+
+def reaching(mutant: dict, covering: list[str], tests: dict[str, dict]) -> list[str]:
+    """The covering tests that execute the mutant's site (all of them when it has none: a change in
+    the signature); the others pass as in the clean run (site_lines)."""
+    if mutant["site"] is None:
+        return list(covering)
+    site = set(mutant["site"])
+    return [t for t in covering if site & set(tests[t].get("lines", {}).get(mutant["function"], ()))]
+
+
+def reusable(name: str, entry: dict, state: dict, previous: dict | None) -> dict | None:
+    """The previous result of mutant ``name`` (``entry``: its current fingerprints and covering
+    tests), when nothing it depends on changed; else None."""
+    if not same_world(state, previous):
+        return None
+    assert previous is not None
+    old = previous["mutants"].get(name)
+    if old is None or not unchanged(entry, old, state, previous):
+        return None
+    return {key: old[key] for key in RESULT_FIELDS if key in old}
+
+
+def unchanged(entry: dict, old: dict, state: dict, previous: dict) -> bool:
+    if old.get("status") not in REUSABLE:
+        return False
+    same = ("function", "code", "operator", "operator_version", "covering")
+    if any(old.get(key) != entry[key] for key in same):
+        return False
+    if state["functions"].get(entry["function"]) != previous["functions"].get(entry["function"]):
+        return False
+    if entry["matrix"] and not old.get("matrix"):
+        return False
+    if not {failure[0] for failure in old.get("failures", [])} <= set(entry["covering"]):
+        return False  # a killing test that no longer covers it
+    fingerprints = state["tests"]
+    return all(
+        previous["tests"].get(t, {}).get("fingerprint") == fingerprints.get(t) for t in entry["covering"]
+    )
