@@ -259,12 +259,12 @@ class Engine:
         covering = [t for t in tests if tests[t]["functions"] and t in self.items]
         if not covering:
             return False
-        fastest = min(covering, key=lambda t: tests[t]["duration"])
+        fastest = sorted(covering, key=lambda t: tests[t]["duration"])[:5]  # one may expect any error
         pid = os.fork()
         if pid == 0:
             quiet()
             os.environ["MUTANT_UNDER_TEST"] = "fail"
-            outcome = run_items(session, [self.items[fastest]], matrix=False)
+            outcome = run_items(session, [self.items[t] for t in fastest], matrix=False)
             os._exit(1 if outcome["failures"] else 0)
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status) == 1
@@ -291,20 +291,20 @@ class Engine:
             return {"error": "no test failed with every mutant active: the trampolines are not in use"}
 
         coverage = history.coverage(tests)
+        old_coverage = history.coverage(previous["tests"]) if previous else {}
         mutants: dict[str, dict] = {}
         jobs: list[Job] = []
-        killers: dict[str, list[str]] = {}  # function -> tests that killed one of its mutants before
+        # function -> tests that killed one of its mutants (in the previous run too): tried first
+        killers = history.previous_killers(previous, coverage)
         for name, info in state["mutants"].items():
             covering = coverage.get(info["function"], [])
-            entry = dict(info, covering=covering, matrix=plan["matrix"] and info["fault"] is not None)
+            entry = dict(info, matrix=plan["matrix"] and info["fault"] is not None)
             if not history.in_shard(name, plan.get("shard")):
                 continue
-            old = history.reusable(name, entry, state, previous)
+            old = history.reusable(name, dict(entry, covering=covering), state, previous, old_coverage)
             reaching = history.reaching(info, covering, tests)
             if old is not None:
                 mutants[name] = dict(entry, **old, reused=True)
-                for failure in old.get("failures", [])[:1]:
-                    killers.setdefault(info["function"], []).append(failure[0])
             elif not covering:
                 mutants[name] = dict(entry, status="NoCoverage", failures=[], tests_run=0, seconds=0.0)
             elif not reaching:

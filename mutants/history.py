@@ -273,23 +273,41 @@ def reaching(mutant: dict, covering: list[str], tests: dict[str, dict]) -> list[
     return [t for t in covering if site & set(tests[t].get("lines", {}).get(mutant["function"], ()))]
 
 
-def reusable(name: str, entry: dict, state: dict, previous: dict | None) -> dict | None:
+def previous_killers(previous: dict | None, coverage: dict[str, list[str]]) -> dict[str, list[str]]:
+    """function -> the tests that killed its mutants in the previous run and still cover it: a
+    mutant of a changed function tries them first (the order of its tests, never its status)."""
+    killers: dict[str, list[str]] = {}
+    for entry in (previous or {}).get("mutants", {}).values():
+        covering = coverage.get(entry["function"], [])
+        for failure in entry.get("failures", [])[:1]:
+            if failure[0] in covering and failure[0] not in killers.get(entry["function"], []):
+                killers.setdefault(entry["function"], []).append(failure[0])
+    return killers
+
+
+def reusable(
+    name: str, entry: dict, state: dict, previous: dict | None, old_coverage: dict[str, list[str]]
+) -> dict | None:
     """The previous result of mutant ``name`` (``entry``: its current fingerprints and covering
-    tests), when nothing it depends on changed; else None."""
+    tests; ``old_coverage``: the previous run's tests of each function), when nothing it depends on
+    changed; else None."""
     if not same_world(state, previous):
         return None
     assert previous is not None
     old = previous["mutants"].get(name)
-    if old is None or not unchanged(entry, old, state, previous):
+    if old is None or not unchanged(entry, old, state, previous, old_coverage):
         return None
     return {key: old[key] for key in RESULT_FIELDS if key in old}
 
 
-def unchanged(entry: dict, old: dict, state: dict, previous: dict) -> bool:
+def unchanged(
+    entry: dict, old: dict, state: dict, previous: dict, old_coverage: dict[str, list[str]]
+) -> bool:
     if old.get("status") not in REUSABLE:
         return False
-    same = ("function", "code", "operator", "operator_version", "covering")
-    if any(old.get(key) != entry[key] for key in same):
+    if any(old.get(key) != entry[key] for key in ("function", "code", "operator", "operator_version")):
+        return False
+    if old_coverage.get(old["function"], []) != entry["covering"]:
         return False
     if state["functions"].get(entry["function"]) != previous["functions"].get(entry["function"]):
         return False

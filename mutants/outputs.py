@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from .catalogue import FAULTS_BY_ID
+from .history import coverage as tests_by_function
 from .html import render
 from .matrix import kill_cells, write_matrix
 from .report import Mutant, fill_result, load_triage, stryker_report, summarize
@@ -155,13 +156,14 @@ def merge(arguments: list[str], out_dir: Path, root: Path, min_strength: float |
     ):
         raise MergeError("the shards' reports hold different sources")
     sources = {path: entry["source"] for path, entry in files.items()}
+    coverage = tests_by_function(results["tests"])
     mutants = []
     for path, entry in files.items():
         for item in entry["mutants"]:
             mutant = from_stryker(path, sources[path], item)
             if item["id"] not in results["mutants"]:
                 raise MergeError(f"no shard ran {item['id']}")
-            fill_result(mutant, results["mutants"][item["id"]])
+            fill_result(mutant, results["mutants"][item["id"]], coverage)
             mutant.diff = results["mutants"][item["id"]].get("diff", mutant.diff)
             mutants.append(mutant)
     missing = set(results["mutants"]) - {m.name for m in mutants}

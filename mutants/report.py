@@ -25,6 +25,7 @@ from mutmut.mutation.diff_apply import generated_function_names
 from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
 from .catalogue import FAULTS, FAULTS_BY_ID
+from .history import coverage as tests_by_function
 
 UNDETECTED = ("Survived", "NoCoverage")  # what the gate calls a survivor
 ANOTHER_SHARD = "run by another shard"  # the reason of a shard report's Pending mutants
@@ -185,6 +186,7 @@ def read_mutants(workspace: Path, results: dict) -> tuple[list[Mutant], dict[str
     """(mutants, {source path: original source}); ``results`` is the engine's results.json."""
     tags = json.loads((workspace / "tags.json").read_text(encoding="utf-8"))
     mutated_root = workspace / "mutants"
+    coverage = tests_by_function(results["tests"])
     mutants: list[Mutant] = []
     sources: dict[str, str] = {}
     for meta_path in sorted(mutated_root.rglob("*.py.meta")):
@@ -198,7 +200,7 @@ def read_mutants(workspace: Path, results: dict) -> tuple[list[Mutant], dict[str
         for name in names:
             tag = tags.get(name, {})
             mutant = Mutant(name=name, path=path, operator=tag.get("operator", "?"), status="Pending")
-            fill_result(mutant, results["mutants"].get(name))
+            fill_result(mutant, results["mutants"].get(name), coverage)
             if not tag:
                 mutant.problem = "the driver's replay did not produce this mutant"
             original_name, generated_name = generated_function_names(name)
@@ -223,13 +225,14 @@ def read_mutants(workspace: Path, results: dict) -> tuple[list[Mutant], dict[str
     return mutants, sources
 
 
-def fill_result(mutant: Mutant, result: dict | None) -> None:
-    """A mutant's status, tests and time from its entry in results.json (None: another shard's)."""
+def fill_result(mutant: Mutant, result: dict | None, coverage: dict[str, list[str]]) -> None:
+    """A mutant's status, tests and time from its entry in results.json (None: another shard's);
+    ``coverage``: the tests that call each function (history.coverage)."""
     if result is None:
         mutant.reason = ANOTHER_SHARD
         return
     mutant.status = result["status"]
-    mutant.covered_by = list(result.get("covering", []))
+    mutant.covered_by = list(coverage.get(result["function"], []))
     failures = result.get("failures", [])
     if failures:
         mutant.killed_by, mutant.killing_requirements = [failures[0][0]], list(failures[0][1])

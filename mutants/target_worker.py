@@ -23,6 +23,7 @@ A mutant no test reaches is "not exercised" (Stryker's NoCoverage) and runs noth
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from .engine import item_keys, item_path, item_requirements
+from .engine import TERSE, item_keys, item_path, item_requirements
 
 MIN_TIMEOUT_S = 60.0
 
@@ -85,6 +86,7 @@ class MutantRun:
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         keys = item_keys(item)
+        os.environ[TERSE] = "1" if keys else "0"  # as in engine.py: a property's failure kills as it is
         if keys and keys <= self.killed:
             pytest.skip("every requirement of this test already killed the mutant on this path")
 
@@ -140,7 +142,8 @@ def install(mutant: dict) -> None:
 
 def base_arguments(plan: dict) -> list[str]:
     arguments = ["-c", os.devnull, f"--rootdir={plan['rootdir']}", "-p", "no:cacheprovider"]
-    arguments += ["-q", "--no-header", "-p", "no:warnings", f"--impl={os.environ['ATTNSPEC_IMPL']}"]
+    arguments += ["-q", "--no-header", "--tb=native", "-p", "no:warnings"]  # engine.py: why native
+    arguments += [f"--impl={os.environ['ATTNSPEC_IMPL']}"]
     return arguments + (["-k", plan["select"]] if plan["select"] else [])
 
 
@@ -224,6 +227,8 @@ def main() -> int:
         done += 1
         print(f"[{done}/{total}] {result['status']:<12} {mutant['name']}", flush=True)
 
+    gc.collect()
+    gc.freeze()  # engine.py: the children's collections leave the inherited heap alone
     while queue or running:
         while queue and len(running) < plan["max_children"]:
             mutant, tests = queue.pop(0)

@@ -12,6 +12,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from attnspec.properties import targets
+from attnspec.properties.conventions import TERSE
 from attnspec.properties.diagnosis import target_diagnosis
 from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
@@ -152,7 +153,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     (diagnosis.py: the other convention it follows, if any), computed once, at the first failure."""
     report = yield
     target = targets.current()
-    if report.when == "call" and report.failed and not target.supports("impl"):
+    terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
+    if report.when == "call" and report.failed and not target.supports("impl") and not terse:
         diagnosis = _diagnosis(target, item.config.getoption("--device"))
         if diagnosis:
             report.sections.append(("attnspec's diagnosis of the target", diagnosis))
