@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mutants.campaign import REPO_ROOT
+from mutants.tests.toys import toy_root
 
 TESTS = {
     "test_fill.py": """
@@ -47,17 +48,6 @@ def test_even_layers_get_the_window():
 }
 
 
-def make_root(where: Path) -> Path:
-    root = where / "toy"
-    for name in ("impl", "specs"):
-        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "properties").mkdir()
-    (root / "properties" / "__init__.py").write_text("")
-    for name, text in TESTS.items():
-        (root / "properties" / name).write_text(text)
-    return root
-
-
 def campaign(root: Path, *options: str, keep_as: str = "") -> dict:
     """Run a campaign on ``root``; its results (and, with keep_as, a copy of its reports/)."""
     done = subprocess.run(
@@ -83,7 +73,7 @@ def first_kills(results: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    return make_root(tmp_path_factory.mktemp("incremental"))
+    return toy_root(tmp_path_factory.mktemp("incremental"), TESTS)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
 from mutants.history import reaching, site_lines
 from mutants.report import changed_span
+from mutants.tests.toys import toy_root
 
 
 class _Apply(cst.CSTVisitor):
@@ -162,16 +163,6 @@ def test_causal_mask_is_lower_triangular():
 """
 
 
-def toy_root(tmp_path: Path) -> Path:
-    root = tmp_path / "toy"
-    for name in ("impl", "specs"):
-        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "properties").mkdir()
-    (root / "properties" / "__init__.py").write_text("")
-    (root / "properties" / "test_toy.py").write_text(TOY_TESTS)
-    return root
-
-
 def start_campaign(root: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "mutants", "run", "--faults-only", "--root", str(root)],
@@ -190,7 +181,7 @@ def workspace_of(first_line: str) -> Path:
 @pytest.fixture(scope="module")
 def toy_campaign(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One faults-only campaign on the toy suite, shared by the tests that read its results."""
-    root = toy_root(tmp_path_factory.mktemp("campaign"))
+    root = toy_root(tmp_path_factory.mktemp("campaign"), {"test_toy.py": TOY_TESTS})
     process = start_campaign(root)
     output, _ = process.communicate(timeout=600)
     return root, subprocess.CompletedProcess(process.args, process.returncode, output)
@@ -279,7 +270,7 @@ def check_stryker_shape(report: dict) -> None:
 
 
 def test_sigterm_stops_the_campaign_and_removes_the_workspace(tmp_path):
-    process = start_campaign(toy_root(tmp_path))
+    process = start_campaign(toy_root(tmp_path, {"test_toy.py": TOY_TESTS}))
     workspace = workspace_of(process.stdout.readline())
     deadline = time.monotonic() + 60
     while not (workspace / "driver.log").exists() and time.monotonic() < deadline:
