@@ -33,6 +33,8 @@ def write_report(campaign: Campaign, results: dict, min_strength: float | None) 
             f"incremental: {phases['mutants_reused']} mutants reused, {phases['mutants_run']} run, "
             f"{phases['tests_traced']} tests re-run in the clean run"
         )
+        if results.get("not_reused"):
+            info["reuse"] += f" (nothing reused: {results['not_reused']})"
     end = campaign.finished or time.monotonic()
     setup = end - campaign.started - phases["clean_s"] - phases["mutants_s"]
     performance = {"setup": setup, "initialRun": phases["clean_s"], "mutation": phases["mutants_s"]}

@@ -134,6 +134,7 @@ def prepare_workspace(campaign: Campaign) -> None:
         "workers": max(1, campaign.max_children),
         "matrix": campaign.matrix,
         "shard": list(campaign.shard) if campaign.shard else None,
+        "incremental": campaign.incremental,
         "previous": str(previous) if campaign.incremental and previous.exists() else None,
         "progress": str(campaign.workspace / "progress.json"),
         "results": str(campaign.workspace / "results.json"),

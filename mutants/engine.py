@@ -277,6 +277,7 @@ class Engine:
         started = time.monotonic()
         state = history.current_state(workspace, {n: self.items[n].path for n in self.order})
         previous = history.load(plan.get("previous"))
+        not_reused = history.why_not_reused(state, previous) if plan.get("incremental") else None
         retrace = history.tests_to_trace(state, previous)
         self.progress.phase = "clean run"
         cost = {t: e["duration"] for t, e in (previous or {}).get("tests", {}).items()}
@@ -336,6 +337,7 @@ class Engine:
             "functions": state["functions"],
             "tests": tests,
             "mutants": mutants,
+            "not_reused": not_reused,  # why --incremental had to run everything
             "phases": {
                 "clean_s": round(clean_s, 2),
                 "mutants_s": round(time.monotonic() - mutation_started, 2),

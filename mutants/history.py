@@ -217,6 +217,21 @@ def load(path: str | None) -> dict | None:
     return previous
 
 
+WORLD = {
+    "environment": "the versions of Python or of the packages",
+    "support": "the suite's support code (properties/ and specs/ outside the test modules)",
+    "impl": "impl's module-level code",
+}
+
+
+def why_not_reused(state: dict, previous: dict | None) -> str | None:
+    """Why a previous run's results cannot serve at all (None when they can)."""
+    if previous is None:
+        return "no previous results that this version can read"
+    changed = [WORLD[key] for key in WORLD if previous["fingerprints"].get(key) != state["fingerprints"][key]]
+    return "changed since the previous run: " + "; ".join(changed) if changed else None
+
+
 def same_world(state: dict, previous: dict | None) -> bool:
     return previous is not None and previous["fingerprints"] == state["fingerprints"]
 
