@@ -414,10 +414,11 @@ FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
 @st.composite
 def fp16_overflow_cases(draw: st.DrawFn) -> tuple[AttnCase, int]:
-    """A small attention problem with head_dim 64..256 (values of at most 4 features where the target
+    """A small attention problem with head_dim 64 or 256 (values of at most 4 features where the target
     has "value_dim") and a count of "outlier" features."""
     case = draw(attn_cases(max_t=6))
-    head_dim = draw(st.sampled_from([64, 128, 256]))
+    # 1/sqrt(d) a power of two (1/8, 1/16), so that the scaled logits stay on the grid (see below)
+    head_dim = draw(st.sampled_from([64, 256]))
     dv = min(case.dv, 4) if TARGET.supports("value_dim") else head_dim
     case = replace(case, batch=1, head_dim=head_dim, dv=dv, magnitude=1.0)
     return case, draw(st.sampled_from([1, 4, 16]))
@@ -435,7 +436,7 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
     # within the fp16 floor.  The inputs lie on a 1/8 grid, so every product and partial sum of
     # q.k (< 2^18) is exact in float32 whatever order a matmul sums in: what is measured is the
     # float32 scoring the requirement promises, not the summation order of the BLAS.  So is the
-    # scale, a power of two near 1/sqrt(d): 1/sqrt(128) would round every scaled product.
+    # default scale, 1/sqrt(d) for d = 64 or 256: 1/sqrt(128) would round every scaled product.
     require_dtype(torch.float16, device)
     case, n_outliers = case_outliers
     q, k, v, sinks = case.make("cpu", torch.float64)
@@ -451,10 +452,9 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
         f"the inputs must overflow fp16: smallest q.k {dots.min().item():.0f}"
     )
 
-    scale = 2.0 ** -round(math.log2(math.sqrt(case.head_dim)))
-    kwargs = dict(window=case.window, sinks=sinks, scale=scale)
+    kwargs = dict(window=case.window, sinks=sinks)
     out, w = attend(q, k, v, **kwargs)
-    what = f"fp16, d={case.head_dim}, scale {scale}, {n_outliers} outliers of {a}, W={case.window}"
+    what = f"fp16, d={case.head_dim}, {n_outliers} outliers of {a}, W={case.window}"
     assert bool(torch.isfinite(out).all()), f"non-finite output ({what}): the scores overflowed"
     assert bool(torch.isfinite(w).all()), f"non-finite weights ({what}): the scores overflowed"
     golden_out, golden_w = attention_oracle(q, k, v, **kwargs)
