@@ -180,7 +180,8 @@ def progress_line(campaign: Campaign, progress: dict | None) -> str:
         return f"[generating mutants {clock}]"
     counts, total = progress["counts"], progress["total"]
     if progress["phase"] == "clean run":
-        return f"[clean run {clock}] {counts.get('tested', 0)}/{total} tests"
+        done = f"{counts['tested']}/" if "tested" in counts else ""  # split over workers: no count
+        return f"[clean run {clock}] {done}{total} tests"
     done = sum(counts.values())
     line = f"[testing mutants {clock}] {done}/{total}  " + "  ".join(
         f"{status.lower()} {counts.get(status, 0)}"

@@ -163,6 +163,8 @@ class Engine:
         """clean_run split over the workers, one forked child each: whole test modules (their
         fixtures stay per module), the longest first onto the least loaded worker (``cost``: the
         previous run's seconds, when known)."""
+        self.progress.total = len(nodeids)  # the children write none: the phase, at least
+        self.progress.write(force=True)
         modules: dict[str, list[str]] = {}
         for nodeid in nodeids:
             modules.setdefault(nodeid.split("::")[0], []).append(nodeid)

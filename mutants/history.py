@@ -233,7 +233,7 @@ def why_not_reused(state: dict, previous: dict | None) -> str | None:
 
 
 def same_world(state: dict, previous: dict | None) -> bool:
-    return previous is not None and previous["fingerprints"] == state["fingerprints"]
+    return why_not_reused(state, previous) is None
 
 
 def changed_functions(state: dict, previous: dict) -> set[str]:
