@@ -56,7 +56,8 @@ HELPERS = {  # file in this package -> module name in the workspace
     "engine.py": "attnspec_engine.py",
     "history.py": "attnspec_history.py",
 }
-PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line
+PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
+POLL_S = 0.2  # how often the driver is checked on: its end is seen this late at most
 
 
 class CampaignError(RuntimeError):
@@ -199,15 +200,13 @@ def watch(campaign: Campaign, process: subprocess.Popen) -> None:
     tty = sys.stdout.isatty()
     last_print = 0.0
     while process.poll() is None:
-        time.sleep(1.0)
+        time.sleep(POLL_S)
         progress = read_progress(campaign.workspace)
         if campaign.tests_started is None and progress and progress["phase"] == "testing mutants":
             campaign.tests_started = time.monotonic()
-        line = progress_line(campaign, progress)
-        if tty:
-            print("\r" + line.ljust(110), end="", flush=True)
-        elif time.monotonic() - last_print >= PROGRESS_EVERY_S:
-            print(line, flush=True)
+        if time.monotonic() - last_print >= (1.0 if tty else PROGRESS_EVERY_S):
+            line = progress_line(campaign, progress)
+            print("\r" + line.ljust(110) if tty else line, end="" if tty else "\n", flush=True)
             last_print = time.monotonic()
     if tty:
         print()

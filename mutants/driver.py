@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import attnspec_catalogue as catalogue
@@ -100,10 +101,26 @@ def main() -> int:
     plan = str(Path(args.plan).resolve())  # read from mutants/, once mutmut made it
 
     table = operator_table(args.faults_only)
-    write_tags(table, Path("tags.json"))
+    # The tags are a second pass over the sources, on one core: in a child of its own while mutmut's
+    # pool generates the mutants (one file, attention.py, keeps one of its workers busy the longest).
+    tagger = os.fork()
+    if tagger == 0:
+        code = 1
+        try:
+            write_tags(table, Path("tags.json"))
+            code = 0
+        except BaseException:  # noqa: BLE001 - the parent reports the exit status
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
     # mutmut's file_mutation module holds this very list object: change it in place.
     mutators.mutation_operators[:] = [(node_type, op) for node_type, _, op in table]
     generate(args.max_children)
+    _, status = os.waitpid(tagger, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        print("tagging the mutants with their operators failed (above)", flush=True)
+        return 2
     os.chdir("mutants")
     return engine.main(plan)
 
