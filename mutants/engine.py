@@ -9,7 +9,9 @@ in one warm process, so no mutant pays for an interpreter, an import of torch or
 2. the clean run: every test against the original code with MUTANT_UNDER_TEST=stats, where the
    trampolines name the functions each test calls (the tests that cover a mutant are the ones that
    call its function: a test that never calls it runs as in the clean run, which passed); a failing
-   test ends the campaign, since mutants are graded against a passing suite;
+   test ends the campaign, since mutants are graded against a passing suite.  The modules the tests
+   import on first use (torch._dynamo, ...) are then imported here, once, so that no child pays for
+   them again;
 3. a check that mutants are live: with MUTANT_UNDER_TEST=fail every trampoline raises, so the
    fastest covering test must fail;
 4. one forked child per mutant, up to N at a time: the child sets MUTANT_UNDER_TEST and runs the
@@ -52,6 +54,7 @@ TERSE = "ATTNSPEC_TERSE_FAILURES"  # properties/conventions.py: failures without
 MIN_TIMEOUT_S = 30.0  # a child's time limit: at least this, or TIMEOUT_FACTOR x its tests' clean time
 TIMEOUT_FACTOR = 10.0
 PROGRESS_EVERY_S = 1.0
+HYPOTHESIS_FAILING_EXAMPLES = "_hypothesis_failing_examples"  # set on the item by Hypothesis 6 on a failure
 
 
 def item_requirements(item: pytest.Item) -> list[str]:
@@ -140,10 +143,20 @@ class Engine:
         self.order: list[str] = []
         self.results: dict = {}
         self.progress = Progress(Path(plan["progress"]) if plan.get("progress") else None)
+        self.lazy_modules: list[str] = []  # imported by the tests in the clean run's workers
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
         self.items = {item.nodeid: item for item in session.items}
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        """Inside Hypothesis' own wrapper: forget the failing examples a property found before
+        Hypothesis reads them to write a patch of explicit examples for the terminal summary.  The
+        campaign prints no such summary, and the patch cost every killed mutant ~0.9 s in its child
+        (an import of libcst, then a parse of the test's module)."""
+        yield
+        item.__dict__.pop(HYPOTHESIS_FAILING_EXAMPLES, None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -188,7 +201,8 @@ class Engine:
                     quiet()
                     self.progress.path = None  # the parent reports progress
                     traced, failed = self.clean_run(session, order, spans)
-                    (out_dir / f"{index}.json").write_text(json.dumps({"traced": traced, "failed": failed}))
+                    part = {"traced": traced, "failed": failed, "modules": list(sys.modules)}
+                    (out_dir / f"{index}.json").write_text(json.dumps(part))
                 except BaseException:  # noqa: BLE001 - the parent sees the missing file
                     code = 3
                 finally:
@@ -205,6 +219,7 @@ class Engine:
             part = json.loads(out.read_text())
             traced_all.update(part["traced"])
             failed_all += part["failed"]
+            self.lazy_modules += [m for m in part["modules"] if m not in sys.modules]
         return {n: traced_all[n] for n in nodeids if n in traced_all}, failed_all
 
     def clean_run(
@@ -284,6 +299,11 @@ class Engine:
         self.progress.phase = "clean run"
         cost = {t: e["duration"] for t, e in (previous or {}).get("tests", {}).items()}
         chosen = [n for n in self.order if n in retrace]
+        # The modules the tests import on first use (torch._dynamo alone takes 2 s) are imported here,
+        # once, rather than in every worker and child: those of the previous run now, those the clean
+        # run's workers import after it.
+        self.lazy_modules = import_quietly((previous or {}).get("lazy_modules", []))
+        freeze_heap()
         traced, failed = self.parallel_clean_run(session, chosen, state["spans"], cost)
         if failed:
             return {"error": "the clean run did not pass (failing: " + ", ".join(failed[:5]) + ")"}
@@ -324,11 +344,8 @@ class Engine:
 
         mutation_started = time.monotonic()
         self.progress.phase = "testing mutants"
-        # Everything alive now (the collected suite, torch, Hypothesis) is shared with every child: out
-        # of the collector's reach, a child's collections scan only what its own tests allocate
-        # instead of the whole inherited heap (and copying every page of it).
-        gc.collect()
-        gc.freeze()
+        self.lazy_modules = import_quietly(self.lazy_modules)
+        freeze_heap()
         self.progress.total = len(mutants)
         self.run_jobs(session, jobs, mutants, tests, killers)
         return {
@@ -340,6 +357,7 @@ class Engine:
             "tests": tests,
             "mutants": mutants,
             "not_reused": not_reused,  # why --incremental had to run everything
+            "lazy_modules": self.lazy_modules,
             "phases": {
                 "clean_s": round(clean_s, 2),
                 "mutants_s": round(time.monotonic() - mutation_started, 2),
@@ -423,6 +441,32 @@ class Engine:
             code = 3
         finally:
             os._exit(code)
+
+
+def freeze_heap() -> None:
+    """Everything alive now (the collected suite, torch, Hypothesis) is shared with the children
+    forked next: out of the collector's reach, a child's collections scan only what its own tests
+    allocate instead of the whole inherited heap (and copying every page of it)."""
+    gc.collect()
+    gc.freeze()
+
+
+def import_quietly(names: list[str]) -> list[str]:
+    """Import ``names`` in order (a worker's sys.modules: each after the modules it needs), skipping
+    any that fail; the ones now imported."""
+    import importlib
+
+    imported = []
+    for name in names:
+        if name in sys.modules:
+            imported.append(name)
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - only a warm-up: a child imports what it needs itself
+            continue
+        imported.append(name)
+    return imported
 
 
 def quiet() -> None:

@@ -42,6 +42,9 @@ from attnspec.impl.masks import layer_window
 
 
 def test_even_layers_get_the_window():
+    import tabnanny  # imported on first use, as torch imports torch._dynamo: see test_lazy_imports...
+
+    assert tabnanny.check
     assert [layer_window(i, 3) for i in range(3)] == [3, None, 3]
     assert layer_window(1, 3, "all") == 3
 """,
@@ -88,6 +91,14 @@ def test_a_campaign_grades_every_mutant_once(full):
     functions = {full["mutants"][name]["function"].rpartition(".")[2] for name in killed}
     assert functions == {"x_additive_mask", "x_attention_mask", "x_check_window", "x_layer_window"}
     assert not any(entry.get("reused") for entry in full["mutants"].values())
+
+
+def test_lazy_imports_of_the_clean_run_are_imported_once_for_every_mutant(full):
+    # The clean run's workers report the modules their tests imported on first use; the engine imports
+    # them before it forks the mutants' children (and the clean run's workers, next time), so that no
+    # child imports them again (torch._dynamo: 2 s in every child that calls a compiled function).
+    assert "tabnanny" in full["lazy_modules"]
+    assert "attnspec.impl" not in full["lazy_modules"]  # collected before the clean run
 
 
 def test_two_shards_merged_equal_one_campaign(toy, full):

@@ -326,6 +326,59 @@ def test_a_mutant_runs_the_covering_tests_that_execute_its_statement():
     assert reached(original.replace("s.softmax(-1)", "s.softmax(-2)")) == covering
 
 
+PATCH_PROBE = """
+import sys
+
+import pytest
+from hypothesis import given, strategies as st
+
+from mutants.engine import Engine
+
+
+class Recorder:
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown":
+            with open(sys.argv[2], "a") as out:
+                out.write(f"{'_hypothesis_failing_examples' in report.__dict__}\\n")
+
+
+class EngineWrapperOnly:
+    pytest_runtest_makereport = Engine.pytest_runtest_makereport
+
+
+@given(st.integers())
+def test_fails(x):
+    assert x < 0
+
+
+if __name__ == "__main__":
+    plugins = [Recorder()] + ([EngineWrapperOnly()] if sys.argv[1] == "engine" else [])
+    pytest.main([__file__, "-q", "-p", "no:cacheprovider", "-p", "no:randomly"], plugins=plugins)
+"""
+
+
+def test_a_failing_property_leaves_hypothesis_no_examples_to_write_a_patch_for(tmp_path):
+    # Hypothesis' pytest plugin turns the failing examples a property found into a patch of explicit
+    # examples once the item's report is made: an import of libcst's codemods, then a parse of the
+    # test's module, ~0.9 s in every child whose mutant a property killed.  The engine's wrapper runs
+    # inside Hypothesis' own and takes the examples away first.
+    probe = tmp_path / "patch_probe.py"
+    probe.write_text(PATCH_PROBE)
+
+    def patched(plugins: str) -> list[str]:
+        seen = tmp_path / f"{plugins}.txt"
+        subprocess.run(
+            [sys.executable, str(probe), plugins, str(seen)],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+            capture_output=True,
+        )
+        return seen.read_text().split() if seen.exists() else []
+
+    assert patched("plain") == ["True"]  # the probe's property fails and Hypothesis would write its patch
+    assert patched("engine") == ["False"]
+
+
 def test_every_meta_test_that_runs_the_kit_in_a_subprocess_is_left_out_of_campaigns():
     # mutmut never runs them against a mutant (their subprocesses import the unmutated code), so in a
     # campaign they would only cost minutes of its coverage and clean runs, twice.
