@@ -33,11 +33,13 @@ runs the mutants whose shard (history.shard_of) is i.
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import os
 import signal
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,16 +231,38 @@ class Engine:
         trampolines saw called, and the lines of each it executed (relative to the function's
         ``def`` line, measured by coverage.py with one context per test); and the failing tests."""
         import coverage
+        from mutmut.core import MutmutCallStack
         from mutmut.mutation import trampoline
 
-        hits: set[str] = set()
-        trampoline.record_trampoline_hit = lambda name, caller=None: hits.add(name)
         files = sorted({span[0] for span in spans.values()})
         measure = coverage.Coverage(data_file=None, include=files, config_file=False)
-        os.environ["MUTANT_UNDER_TEST"] = "stats"
+        select_mutant("stats")
         traced: dict[str, dict] = {}
         failed = []
+        hits: set[str] = set()
         measure.start()
+        # A trace function slows every frame down, the tests' and Hypothesis' too (~40 % on the
+        # suite), while only the trampolined functions' lines are wanted.  When each of those lines
+        # can only run inside a call of its function (no nested function or class, no generator),
+        # the tracer is on only from the outermost trampoline's call to its return.
+        tracer = sys.gettrace()
+        paused = tracer is not None and only_run_inside_their_calls(spans)
+        original_reset = MutmutCallStack.reset
+
+        def hit(name: str, caller: str | None = None) -> None:
+            hits.add(name)
+            if paused and caller is None:  # the outermost trampolined call is about to start
+                sys.settrace(tracer)
+
+        def reset(token) -> None:
+            original_reset(token)
+            if MutmutCallStack.get()[1] == 0:  # ... and has returned
+                sys.settrace(None)
+
+        trampoline.record_trampoline_hit = hit
+        if paused:
+            MutmutCallStack.reset = reset  # type: ignore[method-assign]
+            sys.settrace(None)
         try:
             for index, nodeid in enumerate(nodeids):
                 item = self.items[nodeid]
@@ -258,8 +282,10 @@ class Engine:
                 self.progress.total = len(nodeids)
                 self.progress.write()
         finally:
+            MutmutCallStack.reset = original_reset  # type: ignore[method-assign]
+            sys.settrace(tracer)
             measure.stop()
-            os.environ["MUTANT_UNDER_TEST"] = ""
+            select_mutant("")
         data = measure.get_data()
         for function, (file, first, last) in spans.items():
             for line, contexts in data.contexts_by_lineno(file).items():
@@ -280,7 +306,7 @@ class Engine:
         pid = os.fork()
         if pid == 0:
             quiet()
-            os.environ["MUTANT_UNDER_TEST"] = "fail"
+            select_mutant("fail")
             outcome = run_items(session, [self.items[t] for t in fastest], matrix=False)
             os._exit(1 if outcome["failures"] else 0)
         _, status = os.waitpid(pid, 0)
@@ -301,9 +327,11 @@ class Engine:
         chosen = [n for n in self.order if n in retrace]
         # The modules the tests import on first use (torch._dynamo alone takes 2 s) are imported here,
         # once, rather than in every worker and child: those of the previous run now, those the clean
-        # run's workers import after it.
-        self.lazy_modules = import_quietly((previous or {}).get("lazy_modules", []))
-        freeze_heap()
+        # run's workers import after it (and only when some test or mutant is to run).
+        self.lazy_modules = list((previous or {}).get("lazy_modules", []))
+        if chosen:
+            self.lazy_modules = import_quietly(self.lazy_modules)
+            freeze_heap()
         traced, failed = self.parallel_clean_run(session, chosen, state["spans"], cost)
         if failed:
             return {"error": "the clean run did not pass (failing: " + ", ".join(failed[:5]) + ")"}
@@ -344,8 +372,9 @@ class Engine:
 
         mutation_started = time.monotonic()
         self.progress.phase = "testing mutants"
-        self.lazy_modules = import_quietly(self.lazy_modules)
-        freeze_heap()
+        if jobs:
+            self.lazy_modules = import_quietly(self.lazy_modules)
+            freeze_heap()
         self.progress.total = len(mutants)
         self.run_jobs(session, jobs, mutants, tests, killers)
         return {
@@ -432,7 +461,7 @@ class Engine:
         code = 0
         try:
             quiet()
-            os.environ["MUTANT_UNDER_TEST"] = job.name
+            select_mutant(job.name)
             outcome = run_items(session, [self.items[t] for t in job.tests], job.matrix)
             temporary = out.with_suffix(".tmp")
             temporary.write_text(json.dumps(outcome))
@@ -441,6 +470,41 @@ class Engine:
             code = 3
         finally:
             os._exit(code)
+
+
+def only_run_inside_their_calls(spans: dict[str, list]) -> bool:
+    """Whether every line of these functions (``spans``: function -> [file, first, last line]) runs
+    only while the function itself is being called: none holds a nested function or class (called
+    later, from anywhere) or is a generator or coroutine (resumed later)."""
+    texts: dict[str, list[str]] = {}
+    for file, first, last in spans.values():
+        if file not in texts:
+            texts[file] = Path(file).read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = texts[file]
+        try:
+            function = ast.parse(textwrap.dedent("".join(lines[first - 1 : last]))).body[0]
+        except (SyntaxError, IndexError):
+            return False
+        if isinstance(function, ast.AsyncFunctionDef):
+            return False
+        for node in ast.walk(function):
+            if node is not function and isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            ):
+                return False
+            if isinstance(node, ast.Yield | ast.YieldFrom):
+                return False
+    return True
+
+
+def select_mutant(name: str) -> None:
+    """Have mutmut's trampolines run mutant ``name`` ("": the originals; "stats", "fail"): set
+    MUTANT_UNDER_TEST, and answer the trampolines with a constant, which otherwise read os.environ
+    twice at every call of a function of impl/ (~6 % of a kill-matrix child's time)."""
+    from mutmut.mutation import trampoline
+
+    os.environ["MUTANT_UNDER_TEST"] = name
+    trampoline.get_mutant_under_test = lambda: name
 
 
 def freeze_heap() -> None:

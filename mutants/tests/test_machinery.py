@@ -24,7 +24,9 @@ import pytest
 
 from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
 from mutants.catalogue import FAULTS, FAULTS_BY_ID
+from mutants.engine import only_run_inside_their_calls
 from mutants.history import reaching, site_lines
+from mutants.matrix import write_matrix
 from mutants.report import changed_span
 from mutants.tests.toys import toy_root
 
@@ -377,6 +379,44 @@ def test_a_failing_property_leaves_hypothesis_no_examples_to_write_a_patch_for(t
 
     assert patched("plain") == ["True"]  # the probe's property fails and Hypothesis would write its patch
     assert patched("engine") == ["False"]
+
+
+def test_the_clean_run_traces_only_inside_calls_when_no_line_can_run_outside_one(tmp_path):
+    # The clean run's tracer is on only from an outermost trampolined call to its return: right when
+    # every line of the mutated functions runs inside a call of its own function.
+    module = tmp_path / "m.py"
+    module.write_text(
+        textwrap.dedent(
+            """\
+            def plain(x):
+                f = lambda y: y + 1
+                return [f(v) for v in x]
+
+            def closure(x):
+                def inner():
+                    return x
+                return inner
+
+            def generator(x):
+                yield x
+            """
+        )
+    )
+    spans = {"plain": [str(module), 1, 3], "closure": [str(module), 5, 8], "generator": [str(module), 10, 11]}
+    assert only_run_inside_their_calls({"plain": spans["plain"]})
+    assert not only_run_inside_their_calls({"plain": spans["plain"], "closure": spans["closure"]})
+    assert not only_run_inside_their_calls({"generator": spans["generator"]})
+
+
+def test_the_heatmap_is_drawn_again_only_when_what_it_shows_changed(tmp_path):
+    png = tmp_path / "kill-matrix.png"
+    write_matrix({"F1": {"MASK-1": 0.1}}, {"F1": {"explicit"}}, tmp_path, tmp_path)
+    first = png.read_bytes()
+    png.write_bytes(b"drawn before")  # a redrawn heatmap would replace this
+    write_matrix({"F1": {"MASK-1": 0.1}}, {"F1": {"explicit"}}, tmp_path, tmp_path)
+    assert png.read_bytes() == b"drawn before"
+    write_matrix({"F1": {"MASK-1": 0.1, "ATTN-2": 0.3}}, {"F1": {"explicit"}}, tmp_path, tmp_path)
+    assert png.read_bytes().startswith(first[:8])  # a PNG again
 
 
 def test_every_meta_test_that_runs_the_kit_in_a_subprocess_is_left_out_of_campaigns():
