@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .catalogue import FAULTS
 from .html import render
-from .matrix import kill_cells, write_matrix
+from .matrix import failures_by_fault, kill_cells, write_matrix
 from .report import Mutant, percent, stryker_report, untriaged
 from .sites import SiteMutant, mutants_in
 
@@ -337,11 +337,7 @@ def write_reports(
     triage = load_triage(name)
     rows = fault_rows(mutants, triage)
     text, failures = summary_text(name, mutants, rows, triage, wall_s, report_path.relative_to(root))
-    lines: dict[str, list[list]] = {}
-    for mutant in mutants:
-        if mutant.status == "Killed":
-            lines.setdefault(mutant.operator, []).extend(results["mutants"][mutant.name]["failures"])
-    cells, paths = kill_cells(lines)
+    cells, paths = kill_cells(failures_by_fault(mutants, results))
     text += "\n\n" + write_matrix(cells, paths, out_dir, root, set(results.get("requirements_run", [])))
     print(text, flush=True)
     (out_dir / "mutation-summary.txt").write_text(text + "\n")

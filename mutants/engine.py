@@ -353,10 +353,11 @@ class Engine:
             if not history.in_shard(name, plan.get("shard")):
                 continue
             old = history.reusable(name, dict(entry, covering=covering), state, previous, old_coverage)
-            reaching = history.reaching(info, covering, tests)
             if old is not None:
                 mutants[name] = dict(entry, **old, reused=True)
-            elif not covering:
+                continue
+            reaching = history.reaching(info, covering, tests)
+            if not covering:
                 mutants[name] = dict(entry, status="NoCoverage", failures=[], tests_run=0, seconds=0.0)
             elif not reaching:
                 mutants[name] = dict(entry, status="Survived", failures=[], tests_run=0, seconds=0.0)

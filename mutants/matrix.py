@@ -17,7 +17,18 @@ from pathlib import Path
 from .catalogue import FAULTS
 
 Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
+FAULT_IDS = {fault.id for fault in FAULTS}
 Paths = dict[str, set[str]]  # fault id -> attention paths ("explicit", "tiled") whose tests killed it
+
+
+def failures_by_fault(mutants: list, results: dict) -> dict[str, list[list]]:
+    """Each catalogue fault's failing-test lines over its killed mutants (report Mutants; their
+    lines in ``results["mutants"][name]["failures"]``)."""
+    lines: dict[str, list[list]] = {}
+    for mutant in mutants:
+        if mutant.operator in FAULT_IDS and mutant.status == "Killed":
+            lines.setdefault(mutant.operator, []).extend(results["mutants"][mutant.name]["failures"])
+    return lines
 
 
 def kill_cells(failures_by_fault: dict[str, list[list]]) -> tuple[Matrix, Paths]:

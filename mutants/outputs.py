@@ -17,10 +17,9 @@ import difflib
 import json
 from pathlib import Path
 
-from .catalogue import FAULTS_BY_ID
 from .history import coverage as tests_by_function
 from .html import render
-from .matrix import kill_cells, write_matrix
+from .matrix import failures_by_fault, kill_cells, write_matrix
 from .report import Mutant, fill_result, load_triage, stryker_report, summarize
 
 HISTORY = "mutation-results.json"
@@ -28,18 +27,6 @@ HISTORY = "mutation-results.json"
 
 class MergeError(ValueError):
     pass
-
-
-def matrix_failures(mutants: list[Mutant], results: dict) -> dict[str, list[list]] | None:
-    """Each catalogue fault's failing-test lines, for the faults graded with the matrix (None when
-    the campaign ran without it)."""
-    if not results.get("matrix"):
-        return None
-    lines: dict[str, list[list]] = {}
-    for mutant in mutants:
-        if mutant.operator in FAULTS_BY_ID and mutant.status == "Killed":
-            lines.setdefault(mutant.operator, []).extend(results["mutants"][mutant.name]["failures"])
-    return lines
 
 
 def publish(
@@ -66,9 +53,8 @@ def publish(
     (out_dir / "index.html").write_text(render(report), encoding="utf-8")
     shown = report_path.relative_to(root) if report_path.is_relative_to(root) else report_path
     text, failures = summarize(mutants, info, wall_s, shown, load_triage(), min_strength)
-    lines = matrix_failures(mutants, results)
-    if lines is not None:
-        cells, paths = kill_cells(lines)
+    if results.get("matrix"):  # the catalogue mutants ran every covering property
+        cells, paths = kill_cells(failures_by_fault(mutants, results))
         text += "\n\n" + write_matrix(cells, paths, out_dir, root)
     print(text, flush=True)
     (out_dir / "mutation-summary.txt").write_text(text + "\n")

@@ -23,7 +23,6 @@ A mutant no test reaches is "not exercised" (Stryker's NoCoverage) and runs noth
 
 from __future__ import annotations
 
-import gc
 import importlib
 import json
 import os
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from .engine import TERSE, item_keys, item_path, item_requirements
+from .engine import TERSE, freeze_heap, item_keys, item_path, item_requirements
 
 MIN_TIMEOUT_S = 60.0
 
@@ -227,8 +226,7 @@ def main() -> int:
         done += 1
         print(f"[{done}/{total}] {result['status']:<12} {mutant['name']}", flush=True)
 
-    gc.collect()
-    gc.freeze()  # engine.py: the children's collections leave the inherited heap alone
+    freeze_heap()
     while queue or running:
         while queue and len(running) < plan["max_children"]:
             mutant, tests = queue.pop(0)
