@@ -12,7 +12,12 @@ from attnspec.properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
-from attnspec.specs.tolerance import golden_bound, rounded_once_bound
+from attnspec.specs.tolerance import (
+    attention_conditioning,
+    golden_bound,
+    rounded_once_bound,
+    scoring_dtype,
+)
 
 
 def _where(diff: torch.Tensor) -> str:
@@ -49,13 +54,38 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, **kwar
     torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}", **kwargs)
 
 
+class Conditioning:
+    """What rounding each logit at its magnitude lets a correct attention output and its weights be off
+    by (specs.tolerance.attention_conditioning), for inputs of q's dtype scored as the target scores
+    them, and the largest |logit| behind it, which a failure message names."""
+
+    def __init__(self, q, k, v, **conventions) -> None:
+        kwargs = {name: conventions.get(name) for name in ("window", "sinks", "scale")}
+        kwargs["causal"] = conventions.get("causal", True)
+        self.out, self.weights, self.largest_logit = attention_conditioning(
+            q, k, v, dtype=scoring_dtype(q.dtype), **kwargs
+        )
+
+    def says(self, term: torch.Tensor) -> str:
+        return (
+            f"; logits up to {self.largest_logit:.4g} in magnitude, whose rounding in float32 the bound "
+            f"allows for with up to {term.max().item() if term.numel() else 0.0:.3e}"
+        )
+
+
 def assert_golden(
-    out: torch.Tensor, golden: torch.Tensor, ref_lowp: torch.Tensor, what: str, floor_times: float = 1.0
+    out: torch.Tensor,
+    golden: torch.Tensor,
+    ref_lowp: torch.Tensor,
+    what: str,
+    floor_times: float = 1.0,
+    conditioning: torch.Tensor | None = None,
+    says: str = "",
 ) -> None:
-    """The tolerance policy: max|out - golden| <= FUDGE*max|ref_lowp - golden| + floor (times
-    ``floor_times`` where a requirement's tolerance says so)."""
+    """The tolerance policy: max|out - golden| <= FUDGE*max|ref_lowp - golden| + conditioning + floor
+    (times ``floor_times`` where a requirement's tolerance says so); ``says`` ends the failure message."""
     assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != golden {tuple(golden.shape)}"
-    bound = golden_bound(golden, ref_lowp, out.dtype, floor_times)
+    bound = golden_bound(golden, ref_lowp, out.dtype, floor_times, conditioning)
     err = (out.detach().cpu().double() - golden.double()).abs()
     worst = err.max().item() if err.numel() else 0.0
     if not worst <= bound:  # also catches NaN
@@ -63,15 +93,22 @@ def assert_golden(
         raise AssertionError(
             f"{what}: max |out - golden| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e} "
             f"(oracle in {out.dtype} is off by {ref_err:.3e}), "
-            f"{_where(err.nan_to_num(nan=float('inf')))}"
+            f"{_where(err.nan_to_num(nan=float('inf')))}{says}"
         )
 
 
-def assert_rounded_once(out: torch.Tensor, golden: torch.Tensor, ref32: torch.Tensor, what: str) -> None:
+def assert_rounded_once(
+    out: torch.Tensor,
+    golden: torch.Tensor,
+    ref32: torch.Tensor,
+    what: str,
+    conditioning: torch.Tensor | None = None,
+    says: str = "",
+) -> None:
     """A half-precision ``out`` is the float32 result rounded once to its dtype: every entry within
     half an ulp of that dtype plus the float32 bound (specs.tolerance.rounded_once_bound)."""
     assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != golden {tuple(golden.shape)}"
-    bound = rounded_once_bound(golden, ref32, out.dtype)
+    bound = rounded_once_bound(golden, ref32, out.dtype, conditioning)
     err = (out.detach().cpu().double() - golden.detach().cpu().double()).abs()
     over = (err - bound).nan_to_num(nan=float("inf"))
     if bool((over <= 0).all()):
@@ -82,15 +119,18 @@ def assert_rounded_once(out: torch.Tensor, golden: torch.Tensor, ref32: torch.Te
         f"{what}: not the float32 result rounded once to {out.dtype}: {int((over > 0).sum())} of "
         f"{over.numel()} entries exceed half an ulp plus the float32 bound; at index {idx} "
         f"out = {out[idx].item():.6g}, golden = {golden[idx].item():.6g}, |diff| = {err[idx].item():.3e} "
-        f"> {bound[idx].item():.3e} (the oracle in float32 is off by {float32_err:.3e} there)"
+        f"> {bound[idx].item():.3e} (the oracle in float32 is off by {float32_err:.3e} there){says}"
     )
 
 
 def assert_attention_golden(out, golden, ref_lowp, what: str, q, k, v, **conventions) -> None:
-    """assert_golden for an attention output; when it fails and another legitimate convention (or the
-    window ignored) explains the output (convention_mismatch), the message says so first."""
+    """assert_golden for an attention output, with its conditioning; when it fails and another
+    legitimate convention (or the window ignored) explains the output (convention_mismatch), the
+    message says so first."""
     mismatch = functools.partial(convention_mismatch, out, golden, q, k, v, **conventions)
-    _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+    cond = Conditioning(q, k, v, **conventions)
+    check = functools.partial(assert_golden, conditioning=cond.out, says=cond.says(cond.out))
+    _golden_or_convention(out, golden, ref_lowp, what, mismatch, check)
 
 
 def assert_layer_golden(out, golden, ref_lowp, what: str, x, **layer) -> None:
@@ -115,9 +155,11 @@ def assert_shift_invariant(shifted, out, golden, lowp_shifted, lowp_out, what: s
     assert worst <= bound, f"{what}: max |diff| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e}"
 
 
-def _golden_or_convention(out, golden, ref_lowp, what: str, mismatch: Callable[[], str | None]) -> None:
+def _golden_or_convention(
+    out, golden, ref_lowp, what: str, mismatch: Callable[[], str | None], check: Callable = assert_golden
+) -> None:
     try:
-        assert_golden(out, golden, ref_lowp, what)
+        check(out, golden, ref_lowp, what)
     except AssertionError as failure:
         explained = mismatch()
         if explained is None:

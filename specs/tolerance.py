@@ -1,8 +1,13 @@
 """The numerical tolerance policy (CONVENTIONS.md), in one place.
 
-    max|out - golden| <= FUDGE * max|ref_lowp - golden| + FLOOR[dtype] * max(1, max|golden|)
+    max|out - golden| <= FUDGE * max|ref_lowp - golden| + conditioning + FLOOR[dtype] * max(1, max|golden|)
 
-golden is the oracle in float64, ref_lowp the oracle run in the tested dtype.  In the RoPE and
+golden is the oracle in float64, ref_lowp the oracle run in the tested dtype.  For attention outputs
+and weights, ``conditioning`` (attention_conditioning) is what the problem itself lets any correct
+formulation in the scoring dtype be off by: each logit rounded at its own magnitude (a scale that is
+no power of two, log2(e) folded into it for exp2, q scaled before the product), carried through the
+softmax.  ref_lowp is one formulation's error; this term covers the others, where the oracle's own
+formulation happens to be exact (logits on a grid, a power-of-two scale).  In the RoPE and
 layer properties that any target runs (test_rope.py, test_attention_layer.py), ref_lowp builds
 its angle table in the tested dtype too (rope_oracle's angles_in_dtype), as transformers and
 gpt-oss do in float32; impl's own RoPE forms (test_positions.py) and block (BLOCK-1) are held to
@@ -11,7 +16,11 @@ exact angles.
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from .oracle import mask_oracle
 
 FUDGE = 4.0
 FLOOR = {
@@ -22,30 +31,113 @@ FLOOR = {
 }
 
 
+# The roundings a correct formulation may apply to each logit at (about) its own magnitude before the
+# row's maximum is subtracted: the dot product's last one, the scale, a constant folded into it (log2 e
+# for exp2), and the subtraction itself.
+LOGIT_ROUNDINGS = 4
+
+
 def golden_bound(
-    golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype, floor_times: float = 1.0
+    golden: torch.Tensor,
+    ref_lowp: torch.Tensor,
+    dtype: torch.dtype,
+    floor_times: float = 1.0,
+    conditioning: torch.Tensor | None = None,
 ) -> float:
     """The largest error the policy allows for an output of ``dtype`` against ``golden``; a
-    requirement whose tolerance says so multiplies the floor by ``floor_times``."""
+    requirement whose tolerance says so multiplies the floor by ``floor_times``; ``conditioning``
+    (golden's shape, attention_conditioning) adds its largest entry."""
     golden = golden.detach().cpu().to(torch.float64)
     ref_err = (
         (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
     )
     scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
-    return FUDGE * ref_err + FLOOR[dtype] * floor_times * scale
+    extra = conditioning.max().item() if conditioning is not None and conditioning.numel() else 0.0
+    return FUDGE * ref_err + extra + FLOOR[dtype] * floor_times * scale
 
 
-def rounded_once_bound(golden: torch.Tensor, ref32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def scoring_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a target scores ``dtype`` inputs in: float64 in float64, everything else in float32
+    (fp16/bf16 by the "float16" capability's promise)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def attention_conditioning(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+    scale: float | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(output term (B, Hq, Tq, dv), weights term (B, Hq, Tq, Tk), the largest |logit| a query sees):
+    how far a correct formulation that scores in ``dtype`` may be from the float64 oracle because it
+    rounds each logit at its own magnitude.
+
+    With u the unit roundoff of ``dtype``, logit s_ij = scale q_i.k_j and a_ij = scale sum_f |q_if k_jf|,
+    a formulation may carry each logit with an error of up to
+
+        delta_ij = u (LOGIT_ROUNDINGS |s_ij| + a_ij)        (q scaled before the product: the a_ij term)
+
+    and a sink logit with u LOGIT_ROUNDINGS |sink|.  To first order the softmax turns logit errors into
+
+        |d o_if| <= sum_j p_ij delta_ij |v_jf - o_if|   (the sink column's value is 0)
+        |d p_ij| <= p_ij (delta_ij + sum_l p_il delta_il)
+
+    both doubled for the second order and for exp (or exp2) itself.  Nothing here depends on the order
+    of the summations, which ref_lowp and the floor price in."""
+    u = torch.finfo(dtype).eps / 2
+    q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
+    batch, n_heads, tq, head_dim = q.shape
+    tk = k.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    heads = torch.arange(n_heads) // (n_heads // k.shape[1])
+    k, v = k[:, heads], v[:, heads]
+    s = (q @ k.transpose(-2, -1)) * scale
+    delta = u * (LOGIT_ROUNDINGS * s.abs() + q.abs() @ k.abs().transpose(-2, -1) * abs(scale))
+    allowed = mask_oracle(tq, tk, causal, window)
+    logits = s.masked_fill(~allowed, -math.inf)
+    if sinks is not None:
+        sink = sinks.detach().cpu().to(torch.float64).view(1, n_heads, 1, 1).expand(batch, n_heads, tq, 1)
+        logits = torch.cat([logits, sink], dim=-1)
+        delta = torch.cat([delta, u * LOGIT_ROUNDINGS * sink.abs().nan_to_num(posinf=0.0)], dim=-1)
+    top = logits.amax(dim=-1, keepdim=True)
+    p = torch.exp(logits - torch.where(top == -math.inf, 0.0, top))
+    total = p.sum(dim=-1, keepdim=True)
+    p = torch.where(total > 0, p / torch.where(total > 0, total, 1.0), 0.0)
+    delta = torch.where(p > 0, delta, 0.0)
+    keys = p[..., :tk]
+    out = keys @ v
+    spread = (v[:, :, None] - out[:, :, :, None]).abs()  # (B, Hq, Tq, Tk, dv)
+    out_term = torch.einsum("bhij,bhijf->bhif", keys * delta[..., :tk], spread)
+    if sinks is not None:
+        out_term = out_term + (p[..., tk:] * delta[..., tk:]) * out.abs()
+    mean_delta = (p * delta).sum(dim=-1, keepdim=True)
+    weights_term = keys * (delta[..., :tk] + mean_delta)
+    seen = s.abs().masked_fill(~allowed, 0.0)
+    largest = seen.max().item() if seen.numel() else 0.0
+    return 2 * out_term, 2 * weights_term, largest
+
+
+def rounded_once_bound(
+    golden: torch.Tensor, ref32: torch.Tensor, dtype: torch.dtype, conditioning: torch.Tensor | None = None
+) -> torch.Tensor:
     """The elementwise bound (float64, golden's shape) for a half-precision result that was computed
     in float32 and rounded once to ``dtype``: half an ulp of ``dtype`` at the float32 result, plus the
     float32 policy's bound for that result (ref32 is the oracle run in float32).
 
         |out - golden| <= ulp_dtype(|golden| + b32) / 2 + b32,   b32 = golden_bound(golden, ref32, float32)
+                                                                        + conditioning (elementwise)
 
     A result rounded to ``dtype`` at an intermediate step too (scores, the softmax, the norm) is off by
     about one such rounding per step, which this does not allow."""
     golden = golden.detach().cpu().to(torch.float64)
     float32_bound = golden_bound(golden, ref32, torch.float32)
+    if conditioning is not None:
+        float32_bound = float32_bound + conditioning
     finfo = torch.finfo(dtype)
     _, exponent = torch.frexp(golden.abs() + float32_bound)  # |x| in [2^(e-1), 2^e)
     ulp = torch.ldexp(torch.full_like(golden, finfo.eps), exponent - 1)
