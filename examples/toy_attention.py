@@ -3,8 +3,8 @@
 It is the softmax attention of attnspec's conventions (CONVENTIONS.md), written for clarity, not
 speed, and it supports every attention-level capability: attention weights, sliding windows, sinks,
 a value head size of its own, grouped-query attention, decode (fewer queries than keys, aligned
-bottom-right), queries that see no key, non-causal attention, an explicit scale, float64, and
-fp16/bf16 scored in float32.  It needs only torch.  Check it with
+bottom-right), queries that see no key, non-causal attention, an explicit scale, float64,
+fp16/bf16 scored in float32, and gradients.  It needs only torch.  Check it with
 
     python -m pytest properties --impl examples.toy_attention:attention
 
@@ -23,7 +23,7 @@ import os
 import torch
 
 SUPPORTED = frozenset(
-    "weights window sinks value_dim gqa decode blind non_causal scale float64 float16".split()
+    "weights window sinks value_dim gqa decode blind non_causal scale float64 float16 grad".split()
 )
 CAPABILITIES_ENV = "ATTNSPEC_TOY_CAPABILITIES"
 
@@ -97,6 +97,7 @@ def _used(q, k, v, causal, window, sinks, scale, return_weights) -> set[str]:
         "scale": scale is not None,
         "float64": torch.float64 in dtypes,
         "float16": bool(dtypes & {torch.float16, torch.bfloat16}),
+        "grad": any(t is not None and t.requires_grad for t in (q, k, v, sinks)),
     }
     return {name for name, in_use in used.items() if in_use}
 

@@ -48,6 +48,7 @@ SUBPROCESS_TESTS = (
     "meta_tests/test_conformance.py",
     "meta_tests/test_capability_subsets.py",
     "meta_tests/test_broken_kernels.py",
+    "meta_tests/test_zoo.py",
 )
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 HELPERS = {  # file in this package -> module name in the workspace

@@ -3,11 +3,14 @@ named in the reason (run_report.lacks), so the run's capability table counts the
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from attnspec.properties.hypothesis_helpers import LOW_PRECISION, float_dtypes
-from attnspec.properties.run_report import lacks
+from attnspec.properties.run_report import NO_SECOND_DEVICE, lacks
+from attnspec.properties.target_checks import meta_problem
 from attnspec.properties.targets import current
 
 
@@ -19,3 +22,25 @@ def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
         pytest.skip(lacks(target, needed))
     if dtype not in float_dtypes(device):
         pytest.skip(f"{dtype}: its matmul does not run on {device}")
+
+
+def second_device(device: torch.device) -> torch.device:
+    """A device other than the run's for the device property (ATTN-10), or a skip that says why none
+    is here: "meta" (every torch build has it: shapes and dtypes, no data) when the target runs there,
+    else a real one: CUDA for a run on the CPU, the CPU for a run on CUDA."""
+    problem = _meta_problem(current().name)
+    if problem is None:
+        return torch.device("meta")
+    if device.type != "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    pytest.skip(
+        f"--impl {current().name} cannot run on the meta device ({problem}) and {NO_SECOND_DEVICE}: "
+        "this property runs on a machine with a CUDA GPU (tox -e cuda, or attnspec check --device cuda)"
+    )
+
+
+@functools.cache
+def _meta_problem(name: str) -> str | None:
+    return meta_problem(current())

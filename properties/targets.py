@@ -51,6 +51,7 @@ CAPABILITIES = {
     "scale": "an explicit scale instead of 1/sqrt(d)",
     "float64": "float64 inputs computed in float64 throughout (no float32 softmax or RoPE angles)",
     "float16": "fp16/bf16 inputs scored and normalised in float32, the result rounded once to their dtype",
+    "grad": "the output is differentiable: autograd reaches q, k, v (and tensor sinks)",
     "rope": "the rotary embedding on its own (rope(x, positions, base))",
     "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
@@ -132,6 +133,9 @@ class Target:
     # takes another path than s and above).  Undeclared, the properties try common block sizes.
     blocks: tuple[int, ...] = ()
     switches: tuple[int, ...] = ()
+    # Neighbouring conventions the target follows on purpose (properties/declared.py: DECLARABLE); the kit
+    # checks it under them.
+    conventions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -185,6 +189,7 @@ def as_target(name: str, obj: object) -> Target:
         tuple(getattr(obj, "sources", ())),
         tuple(getattr(obj, "blocks", ())),
         tuple(getattr(obj, "switches", ())),
+        frozenset(getattr(obj, "conventions", ())),
     )
 
 
@@ -197,7 +202,13 @@ def load(name: str) -> Target:
     obj = importlib.import_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)
-    return as_target(name, obj)
+    from attnspec.properties import declared  # it builds on this module
+
+    target = as_target(name, obj)
+    problems = declared.problems(target.conventions, target.capabilities)
+    if problems:
+        raise ValueError(f"{name} declares conventions={sorted(target.conventions)}: " + "; ".join(problems))
+    return declared.translated(target)
 
 
 # What a built-in adapter needs installed besides attnspec.

@@ -34,7 +34,7 @@ class FlashReference:
 
     problem: type[Problem]  # the mask geometry (set below, after Problem)
     capabilities = frozenset(
-        "window sinks value_dim gqa decode blind non_causal scale float64 float16".split()
+        "window sinks value_dim gqa decode blind non_causal scale float64 float16 grad".split()
     )
 
     def __init__(

@@ -93,7 +93,7 @@ def layer(spec: LayerSpec) -> Layer:
 TARGET = Target(
     "gpt-oss",
     attention,
-    frozenset({"window", "sinks", "gqa", "scale", "layer", "rope"}),
+    frozenset({"window", "sinks", "gqa", "scale", "layer", "rope", "grad"}),
     "gpt-oss reference sdpa, AttentionBlock and RoPE (gpt_oss.torch.model)",
     layer,
     rope,

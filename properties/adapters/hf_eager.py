@@ -157,6 +157,7 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
         "offset",
         "rope",
         "cache",
+        "grad",
     }
     about = f"transformers {name} eager attention, attention module and rotary embedding"
     sources = (family.eager_attention_forward.__module__, mask_sources("window" in capabilities))

@@ -48,6 +48,6 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
 TARGET = Target(
     "torch",
     attention,
-    frozenset({"window", "sinks", "gqa", "value_dim", "decode", "blind", "non_causal", "scale", "float64"}),
+    frozenset("window sinks gqa value_dim decode blind non_causal scale float64 grad".split()),
     "torch.nn.functional.scaled_dot_product_attention (masks built here, sinks as an extra key)",
 )

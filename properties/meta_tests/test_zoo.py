@@ -1,0 +1,31 @@
+"""The zoo (examples/zoo/): correct targets written in other styles pass the whole kit, each in a
+subprocess as a user runs it, under this run's Hypothesis profile; a declared convention is what makes
+the complex-RoPE layer pass, and without it the run fails and names the convention it follows."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnspec.properties.meta_tests.kit_runs import run_properties
+
+ZOO = (
+    "examples.zoo.triton_style:attention",
+    "examples.zoo.host_numpy:attention",
+    "examples.zoo.prescaled_dense:attention",
+    "examples.zoo.complex_rope_llama:attention",
+)
+
+
+@pytest.mark.parametrize("target", ZOO)
+def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target):
+    done = run_properties(target, as_user=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved_pairs():
+    done = run_properties(
+        "examples.zoo.complex_rope_llama:UNDECLARED", "-k", "rope or layer", profile="mutation", as_user=True
+    )
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "interleaved RoPE pairs" in done.stdout, done.stdout[-4000:]
