@@ -162,10 +162,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests that use the attention_path fixture run once per path of impl/ (once for other targets)."""
-    if "attention_path" in metafunc.fixturenames:
-        paths = list(ATTENTION_PATHS) if targets.current().name == "impl" else ["explicit"]
-        metafunc.parametrize("attention_path", paths, indirect=True, scope="module")
+    """Tests that use the attention_path fixture run once per path of impl/; for another target they
+    run once, unparametrized (test_x, not test_x[explicit]: the target has no paths of impl's)."""
+    if "attention_path" in metafunc.fixturenames and targets.current().name == "impl":
+        metafunc.parametrize("attention_path", list(ATTENTION_PATHS), indirect=True, scope="module")
 
 
 @pytest.fixture(scope="session")
@@ -181,12 +181,14 @@ ATTENTION_PATHS = {"explicit": sys.maxsize, "tiled": 3}
 
 @pytest.fixture(scope="module")
 def attention_path(request: pytest.FixtureRequest):
-    """Run the requesting tests once per attention path (attnspec.impl.attention.QUERY_TILE)."""
+    """Run the requesting tests once per attention path (attnspec.impl.attention.QUERY_TILE); not
+    parametrized (another target than impl), the explicit path."""
     from attnspec.impl import attention as impl_attention
 
+    path = getattr(request, "param", "explicit")
     saved = impl_attention.QUERY_TILE
-    impl_attention.QUERY_TILE = ATTENTION_PATHS[request.param]
-    yield request.param
+    impl_attention.QUERY_TILE = ATTENTION_PATHS[path]
+    yield path
     impl_attention.QUERY_TILE = saved
 
 
