@@ -3,7 +3,7 @@
 The kit's packages are ``attnspec.impl`` (the reference implementation), ``attnspec.specs``
 (requirements and the float64 oracle) and ``attnspec.properties`` (the properties, and the
 target protocol in ``attnspec.properties.targets``); ``attnspec check`` runs the properties
-against your own attention code.
+against your own attention code, ``attnspec conventions`` prints the conventions they hold it to.
 """
 
 from pathlib import Path
@@ -12,5 +12,20 @@ from pathlib import Path
 # they keep their top-level folders (impl/, specs/, properties/, ...) beside it: make them
 # importable as attnspec.impl, attnspec.specs, ... from there, under one name either way.
 _checkout = Path(__file__).parent.parent
-if not (Path(__file__).parent / "specs").is_dir() and (_checkout / "specs" / "requirements.toml").is_file():
+_in_checkout = (
+    not (Path(__file__).parent / "specs").is_dir() and (_checkout / "specs" / "requirements.toml").is_file()
+)
+if _in_checkout:
     __path__.append(str(_checkout))
+
+
+def conventions_path() -> Path:
+    """CONVENTIONS.md: the conventions, the target protocol and the tolerance policy.  A checkout
+    keeps it at the repository's root; the wheel ships it inside this package (package data: in
+    the repository attnspec/CONVENTIONS.md is a link to the root's file)."""
+    return (_checkout if _in_checkout else Path(__file__).parent) / "CONVENTIONS.md"
+
+
+def conventions() -> str:
+    """The text of CONVENTIONS.md (what `attnspec conventions` prints)."""
+    return conventions_path().read_text(encoding="utf-8")

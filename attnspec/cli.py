@@ -2,11 +2,16 @@
 
 TARGET is ``package.module:object`` (importable from the current directory) or a built-in adapter
 name.  The run is pytest over attnspec.properties, without the suite's own meta tests and without
-the tests of attnspec's own implementation; it ends with the target's capability table and a
-one-line verdict.
+the tests of attnspec's own implementation.  It prints each failed property on one line (its
+requirement ids, its test, the first line of its message) with the smallest case Hypothesis found
+it failing on, instead of pytest's tracebacks (`--tb long` adds those), then the target's
+capability table and a one-line verdict.
 
 Exit codes: 0 every property the target can run passed; 1 a property failed; 2 the target could
 not be checked (it cannot be imported or called as the protocol says, nothing ran, bad arguments).
+
+`attnspec specs [-v]` prints the requirements and the tests that check them; `attnspec conventions`
+prints CONVENTIONS.md, the conventions and the target protocol the properties hold a target to.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import pytest
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
 PROFILES = ("default", "ci", "thorough")
-NO_DIAGNOSIS = "diagnosis: no neighbouring convention (CONVENTIONS.md) explains the failures above"
+TRACEBACKS = ("no", "line", "short", "long", "native")  # pytest's --tb styles
+NO_DIAGNOSIS = "diagnosis: no neighbouring convention (`attnspec conventions`) explains the failures above"
 
 
 class _Check:
@@ -48,7 +54,8 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
         "no:cacheprovider",
         "--strict-markers",
         "--no-header",
-        "-rfE",
+        f"--tb={args.tb}",
+        "-rN",  # no "short test summary": the failures in brief (failure_lines) say more
         "-q",
     ]
     if args.k:
@@ -76,6 +83,10 @@ def check(args: argparse.Namespace) -> int:
 
     target = targets.current()
     report = plugin.config.pluginmanager.get_plugin(NAME)
+    if report.failures:
+        more = "" if args.tb == "long" else "; --tb long prints pytest's tracebacks"
+        print(f"\nfailed (requirements, test: message; then the smallest failing case{more}):")
+        print("\n".join(report.failure_lines()))
     print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
     print("\n".join(report.capability_lines(target)))
     if report.failed_tests and not target.supports("impl"):
@@ -91,8 +102,28 @@ def check(args: argparse.Namespace) -> int:
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)
 
 
+def specs(args: argparse.Namespace) -> int:
+    from attnspec.specs.__main__ import catalogue
+
+    return catalogue(args)
+
+
+def conventions(args: argparse.Namespace) -> int:
+    import attnspec
+
+    print(attnspec.conventions(), end="")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="attnspec", description=__doc__.split("\n\n")[0])
+    from attnspec.specs.__main__ import __doc__ as specs_doc
+    from attnspec.specs.__main__ import add_arguments
+
+    main = argparse.ArgumentParser(
+        prog="attnspec",
+        description="attnspec: the kit's properties against your attention code (`attnspec COMMAND -h`: "
+        "a command's options)",
+    )
     commands = main.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "check",
@@ -116,12 +147,33 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report to PATH")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     run.add_argument("-v", "--verbose", action="count", default=0, help="one line per test")
+    run.add_argument(
+        "--tb",
+        choices=TRACEBACKS,
+        default="no",
+        help="pytest's tracebacks of the failures, before their summary: long for the full ones "
+        "(default: no, only the summary)",
+    )
+    run.set_defaults(run=check)
+    catalogue = commands.add_parser(
+        "specs",
+        help="the requirements and the tests that check them",
+        description=specs_doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(catalogue).set_defaults(run=specs)
+    commands.add_parser(
+        "conventions",
+        help="print CONVENTIONS.md: the conventions and the target protocol",
+        description="Print CONVENTIONS.md: the conventions the properties hold a target to, the target "
+        "protocol and its capabilities, the neighbouring conventions the kit names, the tolerance policy.",
+    ).set_defaults(run=conventions)
     return main
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return check(args)
+    return args.run(args)
 
 
 if __name__ == "__main__":

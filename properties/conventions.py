@@ -25,7 +25,7 @@ TERSE = "ATTNSPEC_TERSE_FAILURES"
 
 CONVENTIONS = (
     "bottom-right queries, p-W < j <= p, KV head h // r and half-split RoPE pairs "
-    "(CONVENTIONS.md in the attnspec repository)"
+    "(`attnspec conventions` prints them)"
 )
 
 

@@ -2,13 +2,16 @@
 
 A pytest plugin (conftest.py registers one per run) that counts, from the test reports, what
 passed, which requirements failed, and how many tests each missing capability skipped, at
-collection or at run time (a skip whose reason reads "lacks: CAPABILITY, ...").
+collection or at run time (a skip whose reason reads "lacks: CAPABILITY, ..."), and keeps each
+failure in brief (``Failure``: its requirements, the first line of its error and Hypothesis's
+minimal failing case), which `attnspec check` prints instead of pytest's tracebacks.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 
@@ -16,6 +19,10 @@ from attnspec.properties.targets import CAPABILITIES, Target
 
 NAME = "attnspec-run-report"
 LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
+# The notes Hypothesis adds to the error of a failing property that give the case it failed on:
+# "Falsifying example: test_x(...)" ("Failing test case:" / "Failing explicit example:" in recent
+# versions) and one "Draw N (label): value" line per value drawn inside the test.
+EXAMPLE_NOTES = ("Falsifying", "Failing", "Draw ")
 
 
 def lacks(target: Target, *capabilities: str) -> str:
@@ -35,6 +42,54 @@ def requirements(report: pytest.TestReport) -> list[str]:
     return [rid for key, ids in report.user_properties if key == "requirements" for rid in ids.split(",")]
 
 
+def _one_line(text: str) -> str:
+    """Hypothesis's pretty-printed call on one line (only the line breaks and the indentation after
+    them go: a repr holds no line break)."""
+    text = re.sub(r"\(\n\s*", "(", text)
+    text = re.sub(r",?\n\s*\)", ")", text)
+    return re.sub(r"\n\s*", " ", text)
+
+
+def error_in_brief(error: BaseException) -> tuple[str, tuple[str, ...]]:
+    """The first line of ``error``'s message (its type first unless it is a failed assertion) and
+    the minimal failing case Hypothesis noted on it, one line per note.  Of several distinct
+    failures (an ExceptionGroup), the first, saying how many others there are."""
+    others = 0
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        others += len(error.exceptions) - 1
+        error = error.exceptions[0]
+    lines = str(error).strip().splitlines()
+    message = lines[0] if lines else ""
+    if not isinstance(error, AssertionError | pytest.fail.Exception):
+        message = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    if others:
+        message += f" (and {others} other distinct failure{'s' if others > 1 else ''})"
+    notes = getattr(error, "__notes__", None) or []
+    return message, tuple(_one_line(note) for note in notes if str(note).startswith(EXAMPLE_NOTES))
+
+
+def short_test_name(nodeid: str) -> str:
+    """test_attention.py::test_x[...] for properties/test_attention.py::test_x[...]."""
+    path, _, name = nodeid.partition("::")
+    return f"{path.rsplit('/', 1)[-1]}::{name}" if name else path
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed test in brief: what `attnspec check` prints for it."""
+
+    test: str  # short_test_name
+    when: str  # "call", or "setup" / "teardown" for an error in a fixture
+    requirements: tuple[str, ...]
+    message: str  # error_in_brief
+    example: tuple[str, ...]  # Hypothesis's minimal failing case, one line each; () if none
+
+    def lines(self) -> list[str]:
+        where = "" if self.when == "call" else f" (error in {self.when})"
+        ids = ", ".join(self.requirements) or "(no requirement)"
+        return [f"  {ids}  {self.test}{where}: {self.message}", *(f"      {line}" for line in self.example)]
+
+
 class RunReport:
     def __init__(self) -> None:
         self.passed = 0
@@ -42,9 +97,21 @@ class RunReport:
         self.failed_tests = 0
         self.skipped = 0
         self.skipped_for: Counter[str] = Counter()  # capability -> tests skipped for its absence
+        self.failures: list[Failure] = []  # in the order they failed
+        # (nodeid, phase) -> its error in brief, from the making of its report to its logging (the
+        # strings, not the error, which would keep the failing test's tensors alive)
+        self._errors: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if report.failed and call.excinfo is not None:
+            self._errors[(report.nodeid, report.when)] = error_in_brief(call.excinfo.value)
+        return report
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        error = self._errors.pop((report.nodeid, report.when), None)
         if report.skipped:
             self.skipped += 1
             found = LACKS.search(skip_reason(report))
@@ -53,8 +120,16 @@ class RunReport:
         elif report.failed:
             self.failed_tests += 1
             self.failed.update(requirements(report) or ["(no requirement)"])
+            message, example = error or (report.longreprtext.strip().rsplit("\n", 1)[-1], ())
+            ids = tuple(requirements(report))
+            self.failures.append(Failure(short_test_name(report.nodeid), report.when, ids, message, example))
         elif report.when == "call":
             self.passed += 1
+
+    def failure_lines(self) -> list[str]:
+        """Each failed test on one line (its requirements, its name, the first line of its error),
+        then the case Hypothesis found it failing on."""
+        return [line for failure in self.failures for line in failure.lines()]
 
     def capability_lines(self, target: Target) -> list[str]:
         lines = []

@@ -1,8 +1,9 @@
-"""`python -m specs`: the requirement catalogue joined with the tests that check it.
+"""`attnspec specs`: the requirement catalogue joined with the tests that check it.
 
-Collects properties/ with pytest (nothing runs), reads each test's @pytest.mark.req ids
-and prints, per requirement, how many tests check it.  Exits 1 if a requirement has no
-test or a test names an unknown id.
+Collects the kit's properties with pytest (nothing runs), reads each test's @pytest.mark.req ids
+and prints, per requirement, how many tests check it (`-v`: their names).  Exits 1 if a
+requirement has no test or a test names an unknown id.  The same as `python -m attnspec.specs`,
+and in a checkout of the repository `python -m specs`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ class _Collector:
 
 def collect(paths: list[str]) -> dict[str, list[str]]:
     collector = _Collector()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *paths], plugins=[collector])
+    # the kit's own settings, not those of a pytest.ini or pyproject.toml where the command runs
+    # (a user's addopts would break the collection); node ids from the folder above the properties
+    isolated = ["-c", os.devnull, f"--rootdir={os.path.dirname(os.path.abspath(properties_folder()))}"]
+    command = ["--collect-only", "-q", "-p", "no:cacheprovider", *isolated, *paths]
+    code = pytest.main(command, plugins=[collector])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise SystemExit(f"collecting {paths} failed (pytest exit code {int(code)})")
     return collector.tests
@@ -46,21 +51,27 @@ def properties_folder() -> str:
     return os.path.relpath(next(iter(spec.submodule_search_locations)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specs", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "paths", nargs="*", default=[properties_folder()], help="test paths (default: the kit's properties)"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The catalogue's arguments (here and in `attnspec specs`)."""
+    parser.add_argument("paths", nargs="*", default=None, help="test paths (default: the kit's properties)")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="list the test ids under each requirement"
     )
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attnspec specs", description=__doc__.splitlines()[0])
+    return catalogue(add_arguments(parser).parse_args(argv))
+
+
+def catalogue(args: argparse.Namespace) -> int:
+    """Prints the catalogue; 1 if a requirement has no test or a test names an unknown id."""
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        tests = collect(args.paths)
+        tests = collect(args.paths or [properties_folder()])
 
     missing = [rid for rid in REQUIREMENTS if not tests.get(rid)]
     unknown = sorted(set(tests) - set(REQUIREMENTS))
