@@ -17,7 +17,7 @@ from attnspec.properties.diagnosis import target_diagnosis
 from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
 from attnspec.properties.run_report import RunReport, lacks
-from attnspec.properties.target_checks import target_problems
+from attnspec.properties.target_checks import load_problem, target_problems
 from attnspec.specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -75,13 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[targets.ENV] = config.getoption("--impl")  # test modules read it when imported
     try:
         target = targets.current()
-    except ModuleNotFoundError as error:
-        name = config.getoption("--impl")
-        raise pytest.UsageError(
-            f"--impl {name}: {error} ({targets.missing_module_hint(name, error)})"
-        ) from error
-    except (ImportError, AttributeError, TypeError, ValueError) as error:
-        raise pytest.UsageError(f"--impl {config.getoption('--impl')}: {error}") from error
+    except Exception as error:  # its module may raise anything at import (a SyntaxError...): one line
+        raise pytest.UsageError(load_problem(config.getoption("--impl"), error)) from error
     # Under mutation (mutmut, the kill matrix) the properties grade impl's mutants: a usage error here
     # would turn a kill into pytest's exit code 4, which mutmut counts as "suspicious".
     problems = [] if os.environ.get("MUTANT_UNDER_TEST") else target_problems(target, device)

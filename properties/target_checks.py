@@ -1,17 +1,63 @@
 """The target is checked once, before any property runs: a target that cannot be called as the
 protocol says (properties/targets.py) would otherwise fail most properties at once, each with a
 message about something else (a batch "leak" from unpacking a tensor as (out, weights), say).
+A target that cannot even be loaded (its module does not import) gets one line too (load_problem).
 """
 
 from __future__ import annotations
 
+import sysconfig
+import traceback
+from pathlib import Path
+
 import torch
 
+from attnspec.properties import targets
 from attnspec.properties.targets import Target
 
-SEE = "(the target protocol and the conventions: CONVENTIONS.md in the attnspec repository)"
+SEE = "(the target protocol and the conventions: `attnspec conventions` prints them)"
+KIT = Path(__file__).resolve().parent  # frames in here are the kit loading the target, not the target
 KEYWORDS = {"causal": True, "window": None, "sinks": None, "scale": None}
 CALL = ", ".join(f"{name}={value}" for name, value in KEYWORDS.items())
+
+
+def load_problem(name: str, error: Exception) -> str:
+    """The one line for ``error``, raised while loading target ``name`` (targets.load: importing its
+    module, which may raise anything, then looking the object up): what it is and, for an error in
+    the target's code, the file and line."""
+    module = targets.ADAPTERS.get(name, name).partition(":")[0]
+    if isinstance(error, ModuleNotFoundError):
+        return f"--impl {name}: {error} ({targets.missing_module_hint(name, error)})"
+    if isinstance(error, SyntaxError):  # IndentationError too: the file and line are the error's own
+        where = f" at {error.filename}, line {error.lineno}" if error.filename else ""
+        return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{where}: {error.msg}"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = _raised_at(frames)
+    if any(frame.filename.startswith("<frozen importlib") for frame in frames):
+        at = f" at {where}" if where else ""
+        return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{at}: {_first_line(error)}"
+    return f"--impl {name}: {error}" + (f" (raised at {where})" if where else "")
+
+
+def _raised_at(frames: traceback.StackSummary) -> str | None:
+    """Where an error was raised ("FILE, line N") in code outside the kit: the innermost frame outside
+    the standard library and the installed packages when there is one (the user's own module),
+    else the innermost outside the kit; None when the kit itself raised it."""
+    outside = [
+        frame
+        for frame in frames
+        if not frame.filename.startswith("<") and not Path(frame.filename).resolve().is_relative_to(KIT)
+    ]
+    libraries = [Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")]
+    own = [
+        frame
+        for frame in outside
+        if not any(Path(frame.filename).resolve().is_relative_to(lib) for lib in libraries)
+    ]
+    if not outside:
+        return None
+    frame = (own or outside)[-1]
+    return f"{frame.filename}, line {frame.lineno}"
 
 
 def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
