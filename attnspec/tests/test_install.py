@@ -1,5 +1,5 @@
 """The kit as an outsider gets it: the wheel, installed in a fresh venv, checks a module from an
-empty directory with `attnspec check`.
+empty directory with `attnspec check`, and prints the catalogue and the conventions it ships.
 
 The venv gets attnspec from the wheel alone, then torch, pytest and Hypothesis from this
 environment (a .pth line to its site-packages, so nothing is downloaded).
@@ -78,13 +78,17 @@ def attnspec_command(wheel: Path, tmp_path_factory) -> Path:
     return env_dir / "bin" / "attnspec"
 
 
-def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def run(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
     env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("MUTANT_UNDER_TEST", None)
     return subprocess.run(
-        [str(command), "check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [str(command), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return run(command, cwd, "check", *args)
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +98,7 @@ def user_dir(tmp_path_factory) -> Path:
     (cwd / "toy.py").write_text(TOY)
     (cwd / "broken.py").write_text(BROKEN)
     (cwd / "mistakes.py").write_text(MISTAKES)
+    (cwd / "typo.py").write_text("def attention(q, k, v\n    return q\n")
     return cwd
 
 
@@ -102,6 +107,9 @@ def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
     top = {name.split("/")[0] for name in names}
     assert top == {"attnspec", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "attnspec/specs/requirements.toml" in names
+    # the conventions the messages point to come with it, the same text as the repository's
+    conventions = zipfile.ZipFile(wheel).read("attnspec/CONVENTIONS.md").decode()
+    assert conventions == (REPO / "CONVENTIONS.md").read_text(encoding="utf-8")
     assert not [name for name in names if "meta_tests" in name or "/tests/" in name]
     # what `attnspec check` runs on comes with it (this test's venv borrows them instead)
     (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
@@ -127,6 +135,10 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
     last = done.stdout.strip().splitlines()[-1]
     found = re.match(r"FAIL: --impl broken:attention breaks ([A-Z]+-\d+)", last)
     assert found, last
+    # the failure in brief: its requirement, its test and its message on one line, no traceback
+    brief = rf"^  [A-Z0-9, -]*{found.group(1)}[A-Z0-9, -]*  test_\w+\.py::test_\w+(\[[^\]]*\])?: \S"
+    assert re.search(brief, done.stdout, re.M), done.stdout[-3000:]
+    assert "site-packages" not in done.stdout and "Traceback" not in done.stdout, done.stdout[-3000:]
     # the JUnit report names the failing test's requirements too
     junit = (user_dir / "report.xml").read_text()
     assert re.search(f'name="requirements" value="[^"]*{found.group(1)}', junit), junit[:2000]
@@ -140,8 +152,9 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
         ("mistakes:output_only", r"returned a tensor, not \(output, weights\)"),
         ("mistakes:no_return_weights", r"return_weights=True\) raised TypeError: .*'return_weights'"),
         ("mykern:attention", r"No module named 'mykern' \(mykern is imported from the current directory"),
+        ("typo:attention", r"typo cannot be imported: SyntaxError at \S*typo\.py, line 1: '\(' was never"),
     ],
-    ids=["a class", "positional-only", "weights not returned", "no return_weights", "not importable"],
+    ids=["a class", "positional-only", "weights not returned", "no return_weights", "not importable", "typo"],
 )
 def test_a_target_that_cannot_be_checked_gets_one_line(attnspec_command, user_dir, target, line):
     done = check(attnspec_command, user_dir, target)
@@ -149,6 +162,16 @@ def test_a_target_that_cannot_be_checked_gets_one_line(attnspec_command, user_di
     errors = [text for text in done.stderr.splitlines() if text.strip()]
     assert len(errors) <= 2 and re.search(line, done.stderr), done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("NOT CHECKED")
+
+
+def test_the_conventions_and_the_catalogue_come_with_it(attnspec_command: Path, tmp_path: Path):
+    conventions = run(attnspec_command, tmp_path, "conventions")
+    assert conventions.returncode == 0, conventions.stderr
+    assert conventions.stdout == (REPO / "CONVENTIONS.md").read_text(encoding="utf-8")
+    catalogue = run(attnspec_command, tmp_path, "specs", "-v")
+    assert catalogue.returncode == 0, catalogue.stdout[-3000:] + catalogue.stderr[-3000:]
+    assert re.search(r"^ATTN-2 +\d+ tests", catalogue.stdout, re.M), catalogue.stdout[:2000]
+    assert "test_attention.py::test_masked_weights_are_exactly_zero" in catalogue.stdout
 
 
 def test_nothing_selected_is_not_a_pass(attnspec_command: Path, user_dir: Path):

@@ -1,0 +1,248 @@
+"""`attnspec check`, `attnspec specs` and `attnspec conventions` as a user meets them, run in a fresh
+interpreter from a directory of the user's own modules (test_install.py runs them from the wheel).
+
+A failing check leads with the failures in brief (no tracebacks unless asked for), a module that
+does not import gets one line, a user's test ids carry no impl attention path, and the catalogue
+and the conventions print without a checkout."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attnspec
+from attnspec.properties.run_report import Failure, error_in_brief, short_test_name
+from attnspec.properties.target_checks import load_problem
+
+REPO = Path(__file__).resolve().parents[2]
+TOY = (REPO / "examples" / "toy_attention.py").read_text()
+
+# exactly one masked weight that is not zero: batch 0, head 1, query 0, key 3 (in the future of
+# query 0 wherever Tk - Tq < 3)
+LEAK = """
+import toy
+
+def attention(q, k, v, **kwargs):
+    result = toy.attention(q, k, v, **kwargs)
+    if not kwargs.get("return_weights"):
+        return result
+    out, weights = result
+    weights = weights.clone()
+    if weights.shape[1] > 1 and weights.shape[2] > 0 and weights.shape[3] > 3:
+        weights[0, 1, 0, 3] = 0.25
+    return out, weights
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+
+def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    env.pop("MUTANT_UNDER_TEST", None)
+    return subprocess.run(
+        [sys.executable, "-m", "attnspec", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory) -> Path:
+    cwd = tmp_path_factory.mktemp("user")
+    (cwd / "toy.py").write_text(TOY)
+    (cwd / "leak.py").write_text(LEAK)
+    (cwd / "syntax.py").write_text("def attention(q, k, v\n    return q\n")
+    (cwd / "raises.py").write_text("import toy\n\nraise RuntimeError('no GPU found at import')\n")
+    return cwd
+
+
+@pytest.fixture(scope="module")
+def leaking(user_dir: Path) -> subprocess.CompletedProcess:
+    return attnspec_command(user_dir, "check", "leak:attention", "-k", "test_masked_weights_are_exactly_zero")
+
+
+def test_a_failure_is_one_line_with_its_smallest_case_and_no_traceback(leaking):
+    assert leaking.returncode == 1, leaking.stdout[-3000:] + leaking.stderr[-2000:]
+    lines = leaking.stdout.strip().splitlines()
+    (first,) = [line for line in lines if line.startswith("  ATTN-2  ")]
+    assert first.startswith(
+        "  ATTN-2  test_attention.py::test_masked_weights_are_exactly_zero: weights on future / "
+        "out-of-window keys (W="
+    ), first
+    # the masked weight by its (batch, head, query, key), not by its index among the masked weights
+    assert re.search(
+        r"at \(batch, head, query, key\) = \(0, 1, 0, 3\): key 3 is after query 0's position", first
+    )
+    case = lines[lines.index(first) + 1]
+    assert re.match(
+        r" {6}(Falsifying example|Failing test case): test_masked_weights_are_exactly_zero\(.*"
+        r"case=AttnCase\(batch=1, .*\)\)$",
+        case,
+    ), case
+    assert "--tb long" in lines[lines.index(first) - 1]
+    # no traceback, no test source, nothing from site-packages, no pytest short summary
+    text = leaking.stdout + leaking.stderr
+    for word in ("Traceback", "site-packages", "def test_", "AssertionError", "short test summary", "____"):
+        assert word not in text, word
+    assert len(lines) < 40, leaking.stdout
+    # the table and the verdict are as they were, the verdict last
+    assert "capabilities of --impl leak:attention" in leaking.stdout
+    assert lines[-1] == "FAIL: --impl leak:attention breaks ATTN-2 (1 failed, 0 passed, 0 skipped)", lines[-1]
+    assert (
+        lines[-2]
+        == "diagnosis: no neighbouring convention (`attnspec conventions`) explains the failures above"
+    )
+
+
+def test_tracebacks_on_request(user_dir: Path):
+    done = attnspec_command(
+        user_dir, "check", "leak:attention", "-k", "test_masked_weights_are_exactly_zero", "--tb", "long"
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "def test_masked_weights_are_exactly_zero" in done.stdout
+    assert re.search(r"^E +AssertionError: weights on future", done.stdout, re.M)
+    # the summary follows the tracebacks, then the table and the verdict
+    summary = done.stdout.index("\nfailed (requirements, test: message; then the smallest failing case):")
+    assert done.stdout.index("AssertionError") < summary < done.stdout.index("capabilities of --impl")
+    assert done.stdout.strip().splitlines()[-1].startswith("FAIL: --impl leak:attention breaks ATTN-2")
+
+
+@pytest.mark.parametrize(
+    "target, line",
+    [
+        (
+            "syntax:attention",
+            r"--impl syntax:attention: syntax cannot be imported: SyntaxError at "
+            r"\S*syntax\.py, line 1: '\(' was never closed",
+        ),
+        (
+            "raises:attention",
+            r"--impl raises:attention: raises cannot be imported: RuntimeError at "
+            r"\S*raises\.py, line 3: no GPU found at import",
+        ),
+    ],
+    ids=["a syntax error", "an exception at import"],
+)
+def test_a_module_that_raises_at_import_gets_one_line(user_dir: Path, target: str, line: str):
+    done = attnspec_command(user_dir, "check", target)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "INTERNALERROR" not in done.stdout + done.stderr
+    errors = [text for text in done.stderr.splitlines() if text.strip()]
+    assert len(errors) == 1 and re.fullmatch("ERROR: " + line, errors[0]), done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"NOT CHECKED: {target} could not be checked (see above)"
+
+
+def test_a_users_test_ids_carry_no_attention_path(user_dir: Path):
+    done = attnspec_command(user_dir, "check", "toy:attention", "-k", "test_matches_the_oracle", "-v")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "test_attention.py::test_matches_the_oracle[torch.float32] PASSED" in done.stdout
+    assert "[explicit" not in done.stdout and "[tiled" not in done.stdout
+
+
+def test_conventions_prints_conventions_md(user_dir: Path):
+    done = attnspec_command(user_dir, "conventions")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (REPO / "CONVENTIONS.md").read_text(encoding="utf-8")
+    assert attnspec.conventions_path().samefile(REPO / "CONVENTIONS.md")
+
+
+def test_specs_prints_the_catalogue(user_dir: Path):
+    done = attnspec_command(user_dir, "specs", "-v")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^ATTN-2 +\d+ tests", done.stdout, re.M)
+    assert "test_attention.py::test_masked_weights_are_exactly_zero" in done.stdout
+    assert re.search(r"^\d+ requirements, \d+ with tests, \d+ test items$", done.stdout, re.M)
+    usage = attnspec_command(user_dir, "specs", "--help")
+    assert usage.stdout.startswith("usage: attnspec specs"), usage.stdout
+
+
+def test_the_checkouts_catalogue_says_attnspec_specs():
+    done = subprocess.run(
+        [sys.executable, "-m", "specs", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: attnspec specs"), done.stdout
+
+
+# --- the pieces, in-process ----------------------------------------------------------------------
+
+
+def _with_notes(error: BaseException, *notes: str) -> BaseException:
+    for note in notes:
+        error.add_note(note)
+    return error
+
+
+def test_an_error_in_brief_is_its_first_line_and_hypothesis_case():
+    error = _with_notes(
+        AssertionError("output vs the oracle: max |out - golden| = 1e-01\nmore detail"),
+        "Failing test case: test_x(\n    case=AttnCase(batch=1,\n     tq=2),\n    data=data(...),\n)",
+        "Draw 1 (dtype): torch.float64",
+        "Explanation:\n    These lines were always and only run by failing test cases:",
+    )
+    message, example = error_in_brief(error)
+    assert message == "output vs the oracle: max |out - golden| = 1e-01"
+    assert example == (
+        "Failing test case: test_x(case=AttnCase(batch=1, tq=2), data=data(...))",
+        "Draw 1 (dtype): torch.float64",
+    )
+    assert error_in_brief(TypeError("attention() got an unexpected keyword"))[0] == (
+        "TypeError: attention() got an unexpected keyword"
+    )
+    group = ExceptionGroup(
+        "Hypothesis found 2 distinct failures.",
+        [
+            _with_notes(AssertionError("first"), "Falsifying example: test_x(\n    seed=1,\n)"),
+            ValueError("x"),
+        ],
+    )
+    assert error_in_brief(group) == (
+        "first (and 1 other distinct failure)",
+        ("Falsifying example: test_x(seed=1)",),
+    )
+
+
+def test_a_failure_in_brief_reads_requirements_test_message():
+    failure = Failure(
+        short_test_name("properties/test_attention.py::test_x[torch.float32]"),
+        "call",
+        ("ATTN-4", "MASK-1"),
+        "it broke",
+        ("Falsifying example: test_x(seed=1)",),
+    )
+    assert failure.lines() == [
+        "  ATTN-4, MASK-1  test_attention.py::test_x[torch.float32]: it broke",
+        "      Falsifying example: test_x(seed=1)",
+    ]
+    assert Failure("t.py::f", "setup", (), "ValueError: v", ()).lines() == [
+        "  (no requirement)  t.py::f (error in setup): ValueError: v"
+    ]
+
+
+def test_a_load_problem_names_the_kit_or_the_users_line():
+    try:
+        compile("def f(:\n", "/somewhere/mykern.py", "exec")
+    except SyntaxError as error:
+        line = load_problem("mykern:attention", error)
+    assert (
+        line == "--impl mykern:attention: mykern cannot be imported: SyntaxError at /somewhere/mykern.py, "
+        "line 1: invalid syntax"
+    )
+    missing = ModuleNotFoundError("No module named 'mykern'", name="mykern")
+    assert load_problem("mykern:attention", missing).startswith(
+        "--impl mykern:attention: No module named 'mykern' (mykern is imported from the current directory"
+    )
+    # raised by the kit itself (a lookup, a class named): the message alone, as before
+    assert load_problem("mykern:Kernel", TypeError("Kernel is a class: name an instance")) == (
+        "--impl mykern:Kernel: Kernel is a class: name an instance"
+    )
