@@ -71,7 +71,8 @@ def error_in_brief(error: BaseException) -> tuple[str, tuple[str, ...]]:
 def short_test_name(nodeid: str) -> str:
     """test_attention.py::test_x[...] for properties/test_attention.py::test_x[...]."""
     path, _, name = nodeid.partition("::")
-    return f"{path.rsplit('/', 1)[-1]}::{name}" if name else path
+    module = path.rsplit("/", 1)[-1]
+    return f"{module}::{name}" if name else module
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,15 @@ class RunReport:
         if report.failed and call.excinfo is not None:
             self._errors[(report.nodeid, report.when)] = error_in_brief(call.excinfo.value)
         return report
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A test module that cannot be collected (pytest then runs nothing) is a failure in brief too:
+        the last line of its error is the exception."""
+        if report.failed:
+            lines = str(report.longrepr).strip().splitlines()
+            message = lines[-1].removeprefix("E   ").strip() if lines else ""
+            self.failures.append(Failure(short_test_name(report.nodeid), "collection", (), message, ()))
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

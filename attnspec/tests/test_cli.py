@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import attnspec
-from attnspec.properties.run_report import Failure, error_in_brief, short_test_name
+from attnspec.properties.run_report import Failure, RunReport, error_in_brief, short_test_name
 from attnspec.properties.target_checks import load_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,6 +227,17 @@ def test_a_failure_in_brief_reads_requirements_test_message():
     assert Failure("t.py::f", "setup", (), "ValueError: v", ()).lines() == [
         "  (no requirement)  t.py::f (error in setup): ValueError: v"
     ]
+
+
+def test_a_module_that_cannot_be_collected_is_a_failure_in_brief():
+    class Collected:  # what pytest reports for a test module whose import fails
+        failed = True
+        nodeid = "properties/test_x.py"
+        longrepr = "ImportError while importing test module 'test_x.py'.\nTraceback: ...\nE   NameError: foo"
+
+    report = RunReport()
+    report.pytest_collectreport(Collected())
+    assert report.failure_lines() == ["  (no requirement)  test_x.py (error in collection): NameError: foo"]
 
 
 def test_a_load_problem_names_the_kit_or_the_users_line():
