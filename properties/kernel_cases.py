@@ -132,3 +132,11 @@ def with_dtype_inputs(case: AttnCase, steering: Steering, scale: float, device, 
     q, k, v, sinks = case.make("cpu", torch.float64)
     q, k = steer_logits(q, k, steering, scale)
     return tuple(None if t is None else t.to(device=device, dtype=dtype) for t in (q, k, v, sinks))
+
+
+def rebuild_line(case: AttnCase, steering: Steering, scale: float, dtype: torch.dtype) -> str:
+    """The one line that rebuilds a steered property's failing inputs, for its failure message."""
+    return (
+        "rebuild the inputs: from attnspec.properties.kernel_cases import *; q, k, v, sinks = "
+        f"with_dtype_inputs({case!r}, {steering!r}, {scale!r}, 'cpu', {dtype})"
+    )

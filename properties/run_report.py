@@ -23,6 +23,8 @@ LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
 # "Falsifying example: test_x(...)" ("Failing test case:" / "Failing explicit example:" in recent
 # versions) and one "Draw N (label): value" line per value drawn inside the test.
 EXAMPLE_NOTES = ("Falsifying", "Failing", "Draw ")
+# A property that needs a second device the target cannot use here (skips.second_device) says so.
+NO_SECOND_DEVICE = "no second real device is here"
 
 
 def lacks(target: Target, *capabilities: str) -> str:
@@ -98,6 +100,7 @@ class RunReport:
         self.failed_tests = 0
         self.skipped = 0
         self.skipped_for: Counter[str] = Counter()  # capability -> tests skipped for its absence
+        self.no_second_device = 0  # tests skipped for want of a device (skips.second_device)
         self.failures: list[Failure] = []  # in the order they failed
         # (nodeid, phase) -> its error in brief, from the making of its report to its logging (the
         # strings, not the error, which would keep the failing test's tensors alive)
@@ -127,6 +130,8 @@ class RunReport:
             found = LACKS.search(skip_reason(report))
             if found:
                 self.skipped_for.update(name.strip() for name in found.group(1).split(","))
+            elif NO_SECOND_DEVICE in skip_reason(report):
+                self.no_second_device += 1
         elif report.failed:
             self.failed_tests += 1
             self.failed.update(requirements(report) or ["(no requirement)"])
@@ -147,18 +152,25 @@ class RunReport:
             mark = "yes" if name in target.capabilities else "no "
             skipped = f"  (skipped {self.skipped_for[name]})" if name in self.skipped_for else ""
             lines.append(f"  {mark}  {name:<11} {meaning}{skipped}")
+        if self.no_second_device:
+            lines.append(
+                f"  --   {'device':<11} cannot run on the meta device, and no CUDA GPU is here "
+                f"(skipped {self.no_second_device})"
+            )
         return lines
 
     def verdict(self, target: Target) -> str:
+        under = f", under its declared conventions {', '.join(sorted(target.conventions))}"
+        under = under if target.conventions else ""
         if self.failed_tests:
             ids = ", ".join(sorted(self.failed))
             return (
                 f"FAIL: --impl {target.name} breaks {ids} "
-                f"({self.failed_tests} failed, {self.passed} passed, {self.skipped} skipped)"
+                f"({self.failed_tests} failed, {self.passed} passed, {self.skipped} skipped{under})"
             )
         if not self.passed:
             return f"NOT CHECKED: no property ran against --impl {target.name} ({self.skipped} skipped)"
         return (
             f"PASS: --impl {target.name} passed every property it can run "
-            f"({self.passed} passed, {self.skipped} skipped)"
+            f"({self.passed} passed, {self.skipped} skipped{under})"
         )

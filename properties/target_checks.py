@@ -120,3 +120,20 @@ def _weights_problems(target: Target, q, k, v, shape: tuple[int, ...]) -> list[s
     out, weights = result
     problems = _result_problems(call + "[0]", out, "(B, Hq, Tq, dv)", (*shape[:3], v.shape[3]), q)
     return problems + _result_problems(call + "[1]", weights, "(B, Hq, Tq, Tk)", shape, q)
+
+
+def meta_problem(target: Target) -> str | None:
+    """Why ``target`` cannot run on the meta device (the exception's first line), or None if it runs there.
+
+    A kernel that reads a size or a bound out of a tensor (``.item()``, ``.tolist()``), a Triton or CUDA
+    kernel, or a C++ extension without a meta kernel cannot: that is no bug of theirs, and the device
+    property then needs a second real device instead (skips.second_device)."""
+    batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
+    q = torch.empty(batch, n_heads, tq, d, device="meta")
+    k = torch.empty(batch, n_kv_heads, tk, d, device="meta")
+    v = torch.empty(batch, n_kv_heads, tk, dv, device="meta")
+    try:
+        target.attention(q, k, v, **KEYWORDS)
+    except Exception as error:  # whatever stops it on meta
+        return f"{type(error).__name__}: {_first_line(error)}"
+    return None

@@ -35,6 +35,7 @@ from attnspec.properties.kernel_cases import (
     PROFILES,
     Steering,
     kernel_cases,
+    rebuild_line,
     steerings,
     windows_near_blocks,
     with_dtype_inputs,
@@ -81,7 +82,7 @@ def oracle_pair(q, k, v, dtype: torch.dtype, **kwargs) -> tuple[torch.Tensor, to
     )
 
 
-def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, floor_times: float = 1.0, **kwargs) -> None:
+def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, **kwargs) -> None:
     """The output agrees with the float64 oracle from the same (rounded) inputs: within the golden
     bound in float32/float64, the float32 result rounded once in fp16/bf16 (the "float16"
     capability).  A failure says where the wrong rows sit in the kernel's blocks, and which other
@@ -95,8 +96,8 @@ def assert_matches_oracle(out: torch.Tensor, q, k, v, what: str, floor_times: fl
         bound = rounded_once_bound(golden, ref, dtype, cond.out)
     else:
         golden, ref = oracle_pair(q, k, v, dtype, **kwargs)
-        check = functools.partial(assert_golden, floor_times=floor_times, conditioning=cond.out, says=says)
-        bound = golden_bound(golden, ref, dtype, floor_times, cond.out)
+        check = functools.partial(assert_golden, conditioning=cond.out, says=says)
+        bound = golden_bound(golden, ref, dtype, conditioning=cond.out)
     assert out.shape == golden.shape, f"{what}: shape {tuple(out.shape)} != {tuple(golden.shape)}"
     try:
         check(out, golden, ref, what)
@@ -178,7 +179,8 @@ def test_wherever_the_largest_logit_falls_the_output_matches_the_oracle(case, st
     # rescale the sum and the accumulator); falling ones put it in the first block; a spike in any.
     q, k, v, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, PRECISE)
     out = sdpa(q, k, v, **conventions(case, sinks))
-    what = f"output with logits that {describe(steering)} vs the oracle ({shape_of(case)})"
+    rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), PRECISE)
+    what = f"output with logits that {describe(steering)} vs the oracle ({shape_of(case)}; {rebuild})"
     assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
 
 
@@ -195,7 +197,8 @@ def test_values_constant_over_the_keys_come_out_scaled_by_one_minus_the_sink(cas
     out = sdpa(q, k, v, **conventions(case, sinks))
     golden, ref = oracle_pair(q, k, v, PRECISE, **conventions(case, sinks))
     sink = "1 - p_sink" if sinks is not None else "1"
-    what = f"output for values constant over the keys ({sink} times the value; {shape_of(case)})"
+    rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), PRECISE)
+    what = f"output for values constant over the keys ({sink} times the value; {shape_of(case)}; {rebuild})"
     assert_golden(out, golden, ref, what)
 
 
@@ -324,7 +327,9 @@ def test_logits_far_beyond_exps_range_match_the_oracle(dtype, case, profile, dat
     steering = Steering(profile, size, 0.5 if data is None else data.draw(st.floats(0, 1), label="at"))
     q, k, v, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, dtype)
     out = sdpa(q, k, v, **conventions(case, sinks))
+    rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), dtype)
     what = f"output with logits that {describe(steering)} vs the oracle ({dtype}, {shape_of(case)})"
+    what = f"{what}; {rebuild}"
     assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
 
 

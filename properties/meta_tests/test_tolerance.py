@@ -1,0 +1,66 @@
+"""The conditioning term of the tolerance policy (specs/tolerance.attention_conditioning): it admits a
+correct float32 formulation that rounds each logit at its magnitude (the Triton tutorial's fold of the
+scale and log2 e into one constant, exp2), is zero where no logit can be off (values constant over the
+keys), and stays far below the errors of real bugs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnspec.specs.oracle import attention_oracle
+from attnspec.specs.tolerance import attention_conditioning, golden_bound, rounded_once_bound
+
+
+def steered(size: float, tk: int = 24, seed: int = 0):
+    """q, k, v in float64 whose logits (scale 1/2, d = 4) sit near ``size``, on a grid float32 holds."""
+    gen = torch.Generator().manual_seed(seed)
+    q = (torch.randn(1, 1, tk, 4, generator=gen, dtype=torch.float64) * 8).round() / 8
+    k = (torch.randn(1, 1, tk, 4, generator=gen, dtype=torch.float64) * 8).round() / 8
+    v = torch.randn(1, 1, tk, 4, generator=gen, dtype=torch.float64)
+    a = 2.0 ** round(math.log2(math.sqrt(size * 2)))
+    q[..., 0], k[..., 0] = a, (size * 2 / a * 8) // 8
+    return q, k, v
+
+
+def exp2_folded(q, k, v):
+    """Causal attention in float32 the Triton way: s * (scale * log2 e) rounded, then exp2(s - max)."""
+    q, k, v = q.float(), k.float(), v.float()
+    logits = (q @ k.transpose(-2, -1)) * torch.tensor(0.5 * math.log2(math.e), dtype=torch.float32)
+    allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    logits = logits.masked_fill(~allowed, -math.inf)
+    p = torch.exp2(logits - logits.amax(dim=-1, keepdim=True))
+    return (p / p.sum(dim=-1, keepdim=True)) @ v
+
+
+def test_the_folded_exp2_formulation_is_admitted_where_the_oracles_own_error_is_not_enough():
+    q, k, v = steered(40000.0)
+    golden, _ = attention_oracle(q, k, v)
+    ref32, _ = attention_oracle(q, k, v, dtype=torch.float32)
+    out = exp2_folded(q, k, v).double()
+    err = (out - golden).abs().max().item()
+    assert err > golden_bound(golden, ref32, torch.float32)  # the oracle alone: exact on the grid
+    cond, _, largest = attention_conditioning(q, k, v, dtype=torch.float32)
+    assert largest > 39000
+    assert err <= golden_bound(golden, ref32, torch.float32, conditioning=cond)
+    half = out.half().double()  # the same float32 result rounded once to fp16
+    assert bool(((half - golden).abs() <= rounded_once_bound(golden, ref32, torch.float16, cond)).all())
+
+
+def test_no_allowance_where_the_values_leave_nothing_to_spread():
+    q, k, _ = steered(40000.0)
+    v = torch.full((1, 1, q.shape[2], 3), 0.75, dtype=torch.float64)
+    cond, weights_cond, _ = attention_conditioning(q, k, v, dtype=torch.float32)
+    assert cond.abs().max().item() < 1e-15  # zero up to the float64 sums of p v
+    assert weights_cond.max().item() > 0  # the weights themselves may move
+
+
+def test_the_allowance_stays_far_below_a_real_bugs_error_at_ordinary_logits():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 16, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    cond, _, largest = attention_conditioning(q, k, v, dtype=torch.float32)
+    assert largest < 20 and cond.max().item() < 1e-5
+    golden, _ = attention_oracle(q, k, v)
+    no_scale, _ = attention_oracle(q, k, v, scale=1.0)  # the missing 1/sqrt(d) of the catalogue
+    assert (no_scale - golden).abs().max().item() > 1e3 * cond.max().item()
