@@ -71,7 +71,7 @@ def leaking(user_dir: Path) -> subprocess.CompletedProcess:
     return attnspec_command(user_dir, "check", "leak:attention", "-k", "test_masked_weights_are_exactly_zero")
 
 
-def test_a_failure_is_one_line_with_its_smallest_case_and_no_traceback(leaking):
+def test_a_failure_is_one_line_with_its_smallest_case_and_no_traceback(leaking, user_dir):
     assert leaking.returncode == 1, leaking.stdout[-3000:] + leaking.stderr[-2000:]
     lines = leaking.stdout.strip().splitlines()
     (first,) = [line for line in lines if line.startswith("  ATTN-2  ")]
@@ -94,6 +94,8 @@ def test_a_failure_is_one_line_with_its_smallest_case_and_no_traceback(leaking):
     text = leaking.stdout + leaking.stderr
     for word in ("Traceback", "site-packages", "def test_", "AssertionError", "short test summary", "____"):
         assert word not in text, word
+    # no Hypothesis patch of the kit's own files (libcst is installed with the mutation extra)
+    assert "git apply" not in text and not (user_dir / ".hypothesis" / "patches").exists()
     assert len(lines) < 40, leaking.stdout
     # the table and the verdict are as they were, the verdict last
     assert "capabilities of --impl leak:attention" in leaking.stdout

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from attnspec.properties.adapters import impl_target
 from attnspec.properties.adapters.torch_sdpa import TARGET, attention
+from attnspec.properties.declared import half_split_order
 from attnspec.properties.targets import Layer, LayerSpec
 
 
@@ -36,11 +37,6 @@ def top_left(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
     if causal and window is None and sinks is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
     return attention(q, k, v, causal=causal, window=window, sinks=sinks, scale=scale)
-
-
-def half_split_order(d: int) -> list[int]:
-    """Feature 2i of an interleaved layout is feature i of the half-split one, 2i+1 is i + d/2."""
-    return [f // 2 + (d // 2 if f % 2 else 0) for f in range(d)]
 
 
 def interleaved_rope(x, positions, base=10000.0):

@@ -58,7 +58,13 @@ from attnspec.specs.oracle import attention_oracle_by_rows
 # Correct targets: each passes the kit (test_broken_kernels.py, test_conformance.py,
 # test_capability_subsets.py, test_zoo.py).  A target added to the zoo's list (test_zoo.ZOO) joins the
 # corpus; `--table --only NAME` adds its row.
-CORRECT = ("flash-ref", "torch", "examples.toy_attention:attention", *ZOO)
+# Neighbours that declare their convention (declared_targets.py) are correct under it, for the kit and,
+# through the same translation (targets.load), for the recipes.
+DECLARED = (
+    "attnspec.properties.meta_tests.declared_targets:INCLUSIVE_WINDOW",
+    "attnspec.properties.meta_tests.declared_targets:TOP_LEFT",
+)
+CORRECT = ("flash-ref", "torch", "examples.toy_attention:attention", *ZOO, *DECLARED)
 BROKEN_KERNELS = {
     f"attnspec.properties.meta_tests.broken_kernels:{name}": name for name in broken_kernels.BUGS
 }

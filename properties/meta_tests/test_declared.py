@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnspec.properties import declared
-from attnspec.properties.meta_tests import broken_targets
+from attnspec.properties.meta_tests import broken_targets, declared_targets
+from attnspec.properties.meta_tests.kit_runs import run_properties
 from attnspec.properties.targets import LayerSpec, Target
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
 
@@ -80,3 +81,11 @@ def test_unknown_or_contradictory_declarations_are_refused():
     assert "unknown convention 'alibi'" in declared.problems(frozenset({"alibi"}), frozenset())[0]
     assert "exclude each other" in declared.problems(frozenset({"top-left"}), frozenset({"blind"}))[0]
     assert declared.problems(frozenset(declared.DECLARABLE) - {"top-left"}, frozenset({"blind"})) == []
+
+
+@pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE"])
+def test_a_neighbour_that_declares_its_convention_passes_the_whole_kit(name):
+    assert getattr(declared_targets, name).conventions
+    done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}", profile="mutation")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout
