@@ -65,8 +65,9 @@ def _randn(*shape: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
-    q = _randn(1, probe.n_heads, probe.tq, 4, seed=1, dtype=dtype)
-    k, v = (_randn(1, probe.n_kv_heads, probe.tk, 4, seed=seed, dtype=dtype) for seed in (2, 3))
+    d = target.head_size(4)
+    q = _randn(1, probe.n_heads, probe.tq, d, seed=1, dtype=dtype)
+    k, v = (_randn(1, probe.n_kv_heads, probe.tk, d, seed=seed, dtype=dtype) for seed in (2, 3))
     keywords = {**KEYWORDS, "window": probe.window}  # as the properties call it
     out = target.attention(q.to(device), k.to(device), v.to(device), **keywords)
     return convention_mismatch(out, attention_oracle(q, k, v, **keywords)[0], q, k, v, **keywords)
@@ -74,7 +75,8 @@ def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) 
 
 def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
     spec = LayerSpec(
-        12, probe.n_heads, probe.n_kv_heads, 4, probe.window, seed=SEED, dtype=dtype, device=device
+        12, probe.n_heads, probe.n_kv_heads, target.head_size(4), probe.window, seed=SEED, dtype=dtype,
+        device=device,
     )
     layer = target.layer(spec)
     x = _randn(1, probe.tq, spec.d_model, seed=4, dtype=dtype)
@@ -88,7 +90,7 @@ def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> s
 
 
 def rope_finding(target: Target, device, dtype: torch.dtype) -> str | None:
-    x, positions = _randn(1, 2, 5, 8, seed=5, dtype=dtype), [0, 3, 1, 7, 12]
+    x, positions = _randn(1, 2, 5, target.head_size(8), seed=5, dtype=dtype), [0, 3, 1, 7, 12]
     out = target.rope(x.to(device), torch.tensor(positions, device=device), 10000.0)
     return rope_convention_mismatch(out, rope_oracle(x, positions), x, positions, 10000.0)
 

@@ -64,8 +64,9 @@ def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
     """(B, Hq, Hkv, Tq, Tk, d, dv) of the probe: sizes that differ wherever the target lets them."""
     n_heads = 6 if target.supports("gqa") else 2
     tq = 3 if target.supports("decode") else 5
-    dv = 7 if target.supports("value_dim") else 4
-    return 1, n_heads, 2, tq, 5, 4, dv
+    d = target.head_size(4)
+    dv = target.head_size(7) if target.supports("value_dim") else d
+    return 1, n_heads, 2, tq, 5, d, dv
 
 
 def target_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:

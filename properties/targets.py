@@ -136,6 +136,9 @@ class Target:
     # Neighbouring conventions the target follows on purpose (properties/declared.py: DECLARABLE); the kit
     # checks it under them.
     conventions: frozenset[str] = frozenset()
+    # The head sizes (d, and dv with "value_dim") it takes, as kernels that tile features do (16, 32, 64,
+    # 128, ...); empty: any.  Every case the kit draws uses one of them (head_size).
+    head_dims: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -145,7 +148,7 @@ class Target:
             raise ValueError(
                 f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
             )
-        for field in ("blocks", "switches"):
+        for field in ("blocks", "switches", "head_dims"):
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
@@ -157,6 +160,13 @@ class Target:
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
+
+    def head_size(self, n: int) -> int:
+        """A head size the target takes for a drawn size ``n``: ``n`` itself when it takes any or that
+        one, else one of its declared ``head_dims``, spread over them as ``n`` varies."""
+        if not self.head_dims or n in self.head_dims:
+            return n
+        return sorted(self.head_dims)[(n - 1) % len(self.head_dims)]
 
     def outputs(self, q, k, v, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(output, weights): the output of a plain call, and the weights of a return_weights call
@@ -190,6 +200,7 @@ def as_target(name: str, obj: object) -> Target:
         tuple(getattr(obj, "blocks", ())),
         tuple(getattr(obj, "switches", ())),
         frozenset(getattr(obj, "conventions", ())),
+        tuple(getattr(obj, "head_dims", ())),
     )
 
 

@@ -269,7 +269,7 @@ def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, dev
 
 @pytest.mark.req("ATTN-6")
 @pytest.mark.needs("weights", "non_causal")
-@pytest.mark.parametrize("head_dim", [16, 64, 256])
+@pytest.mark.parametrize("head_dim", sorted({TARGET.head_size(d) for d in (16, 64, 256)}))
 def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     # N independent heads over two keys: D = log w_1 - log w_0 = s_1 - s_0 of each head's first
     # query (two queries, Tq = Tk, and dv = d: a target without "decode" or "value_dim" runs it).
@@ -442,7 +442,7 @@ def fp16_overflow_cases(draw: st.DrawFn) -> tuple[AttnCase, int]:
     has "value_dim") and a count of "outlier" features."""
     case = draw(attn_cases(max_t=6))
     # 1/sqrt(d) a power of two (1/8, 1/16), so that the scaled logits stay on the grid (see below)
-    head_dim = draw(st.sampled_from([64, 256]))
+    head_dim = TARGET.head_size(draw(st.sampled_from([64, 256])))
     dv = min(case.dv, 4) if TARGET.supports("value_dim") else head_dim
     case = replace(case, batch=1, head_dim=head_dim, dv=dv, magnitude=1.0)
     return case, draw(st.sampled_from([1, 4, 16]))
@@ -538,8 +538,8 @@ def test_gradcheck_attention_core(seed, window, tq, use_sinks, scale, device):
         n_kv_heads=2,
         tq=tq,
         tk=4,
-        head_dim=3,
-        dv=2 if TARGET.supports("value_dim") else 3,
+        head_dim=TARGET.head_size(3),
+        dv=TARGET.head_size(2) if TARGET.supports("value_dim") else TARGET.head_size(3),
         window=window,
         use_sinks=True,
         seed=seed,

@@ -68,7 +68,7 @@ def layer_cases(
         d_model=n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6])),
         n_heads=n_kv_heads * group,
         n_kv_heads=n_kv_heads,
-        head_dim=draw(st.sampled_from([2, 4, 6, 8])),
+        head_dim=TARGET.head_size(draw(st.sampled_from([2, 4, 6, 8]))),
         window=draw(st.one_of(st.none(), st.integers(1, seq + 1))) if TARGET.supports("window") else None,
         sinks=draw(st.booleans()) if TARGET.supports("sinks") else False,
         base=draw(st.sampled_from([10000.0, 10.0, 500000.0])),

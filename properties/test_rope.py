@@ -34,6 +34,7 @@ pytestmark = pytest.mark.needs("rope")
 
 positions_st = st.integers(0, 2048)
 bases = st.sampled_from([10000.0, 10.0, 500000.0])
+rope_dims = head_dims.map(TARGET.head_size)  # even sizes, among the target's declared head_dims
 dtypes = st.sampled_from(full_precision())
 
 
@@ -50,7 +51,7 @@ def lowp_rope(x: torch.Tensor, positions: list[int], base: float, dtype: torch.d
 
 
 @pytest.mark.req("ROPE-1")
-@given(d=head_dims, t=st.integers(1, 6), base=bases, data=st.data(), seed=seeds)
+@given(d=rope_dims, t=st.integers(1, 6), base=bases, data=st.data(), seed=seeds)
 def test_rope_scores_depend_only_on_relative_offset(device, d, t, base, data, seed):
     """<R_m q, R_n k> == <R_(m+s) q, R_(n+s) k> for arbitrary positions m, n and shift s."""
     pos_q = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="pos_q")
@@ -81,7 +82,7 @@ def test_rope_scores_depend_only_on_relative_offset(device, d, t, base, data, se
 
 
 @pytest.mark.req("ROPE-2")
-@given(d=head_dims, t=st.integers(1, 6), base=bases, data=st.data(), dtype=dtypes, seed=seeds)
+@given(d=rope_dims, t=st.integers(1, 6), base=bases, data=st.data(), dtype=dtypes, seed=seeds)
 def test_rope_preserves_every_half_split_pair_norm(device, d, t, base, data, dtype, seed):
     positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
     x = seeded_randn(seed, 2, 3, t, d, device=device, dtype=dtype)
@@ -94,7 +95,7 @@ def test_rope_preserves_every_half_split_pair_norm(device, d, t, base, data, dty
 
 
 @pytest.mark.req("ROPE-2")
-@given(d=head_dims, t=st.integers(1, 6), base=bases, dtype=dtypes, seed=seeds)
+@given(d=rope_dims, t=st.integers(1, 6), base=bases, dtype=dtypes, seed=seeds)
 def test_rope_is_the_identity_at_position_zero(device, d, t, base, dtype, seed):
     x = seeded_randn(seed, 2, t, d, device=device, dtype=dtype)
     assert_exactly_equal(rope_at(x, [0] * t, base), x, "RoPE at position 0 (every token)")
@@ -104,7 +105,7 @@ def test_rope_is_the_identity_at_position_zero(device, d, t, base, dtype, seed):
 
 
 @pytest.mark.req("ROPE-3")
-@given(d=head_dims, t=st.integers(1, 6), base=bases, data=st.data(), dtype=dtypes, seed=seeds)
+@given(d=rope_dims, t=st.integers(1, 6), base=bases, data=st.data(), dtype=dtypes, seed=seeds)
 def test_rope_matches_the_oracle_at_drawn_positions(device, d, t, base, data, dtype, seed):
     positions = data.draw(st.lists(positions_st, min_size=t, max_size=t), label="positions")
     x = seeded_randn(seed, 2, 2, t, d, device=device, dtype=dtype)

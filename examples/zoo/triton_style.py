@@ -7,7 +7,8 @@ running max and sum in base 2: the softmax scale and log2(e) are folded into one
 (``qk_scale``) and every exponential is an ``exp2``.  fp16/bf16 are loaded and scored in float32 and
 the output is stored in the input dtype.  A few queries over many keys take a split-keys path (each
 split reduces its keys on its own, a second step merges the splits), as decode kernels do.  Sinks
-are read as Python floats and join the sum at the end.  There is no autograd: the launch runs under
+are read as Python floats and join the sum at the end.  It takes head sizes of 16, 32, 64 and 128
+only, and declares them (``head_dims``).  There is no autograd: the launch runs under
 ``torch.no_grad()``, as a Triton kernel without a backward would.
 
 Nothing here is shaped like attnspec's own code; it is a target of the zoo (examples/zoo/README.md).
@@ -25,6 +26,7 @@ BLOCK_N = 16  # keys per inner step
 SPLIT_BELOW = 4  # decode path: fewer queries than this ...
 SPLIT_FROM = 64  # ... over at least this many keys
 NUM_SPLITS = 4
+HEAD_DIMS = (16, 32, 64, 128)  # the head sizes the kernel is built for (tl.dot tiles of 16 and up)
 
 
 def _program(q, k, v, qk_scale, q_lo, q_hi, k_lo, k_hi, n_keys, offset, causal, window):
@@ -102,6 +104,8 @@ def _split_keys(q, k, v, qk_scale, seqlen_q, n_keys, offset, causal, window, sin
 def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
     """The launcher: q (B, Hq, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv) -> (B, Hq, Tq, dv)."""
     batch, n_heads, _, head_dim = q.shape
+    if head_dim not in HEAD_DIMS or v.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head sizes d={head_dim}, dv={v.shape[-1]}: this kernel is built for {HEAD_DIMS}")
     n_kv = k.shape[1]
     group = n_heads // n_kv
     sm_scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
@@ -140,5 +144,6 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, retu
 attention.capabilities = {
     "window", "sinks", "value_dim", "gqa", "decode", "blind", "non_causal", "scale", "float16"
 }
+attention.head_dims = HEAD_DIMS
 attention.blocks = (BLOCK_N, BLOCK_M)
 attention.switches = (SPLIT_BELOW, SPLIT_FROM)

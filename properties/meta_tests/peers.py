@@ -149,7 +149,8 @@ def _kernelbench(target: Target) -> tuple[bool, str]:
         tol = KB_TOLERANCE[dtype]
         for seed in KB_SEEDS:
             gen = torch.Generator().manual_seed(seed)
-            q, k, v = (torch.rand(KB_SHAPE, generator=gen).to(dtype) for _ in range(3))
+            shape = (*KB_SHAPE[:3], target.head_size(KB_SHAPE[3]))  # d=64 unless it takes other sizes
+            q, k, v = (torch.rand(shape, generator=gen).to(dtype) for _ in range(3))
             ref = torch_sdpa.attention(q, k, v, causal=True)
             where = f"{SHORT[dtype]} seed {seed}"
             try:
@@ -246,7 +247,7 @@ def flash_cases(target: Target) -> list[Case]:
                 window = random.Random(n).randrange(tk) + 1
             sinks = "sinks" in features and target.supports("sinks")
             dtype = (torch.float16 if "fp16" in features else torch.bfloat16) if half else torch.float32
-            head_dim = HEAD_DIMS[(n + j) % len(HEAD_DIMS)]
+            head_dim = target.head_size(HEAD_DIMS[(n + j) % len(HEAD_DIMS)])  # its declared sizes
             case = Case(tq, tk, head_dim, n_kv, causal, window, sinks, dtype, seed=100 * n + j)
             if all(case.label() != other.label() for other in cases):
                 cases.append(case)

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from attnspec.properties import targets
+from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target
 from attnspec.properties.target_checks import target_problems
 
 
@@ -31,6 +32,21 @@ def test_an_unknown_capability_is_refused_by_name():
 def test_a_capability_without_its_method_is_refused(method):
     with pytest.raises(TypeError, match=method):
         targets.Target("mine", user_attention, frozenset({method}))
+
+
+def test_declared_head_sizes_are_the_only_ones_drawn(monkeypatch):
+    monkeypatch.setattr(user_attention, "capabilities", {"value_dim"}, raising=False)
+    monkeypatch.setattr(user_attention, "head_dims", (64, 16), raising=False)
+    target = targets.load(f"{__name__}:user_attention")
+    assert target.head_dims == (64, 16)
+    assert {target.head_size(n) for n in range(1, 9)} == {16, 64} and target.head_size(64) == 64
+    monkeypatch.setattr(targets, "_current", target)
+    monkeypatch.setenv(targets.ENV, target.name)
+    case = fit_to_target(AttnCase(1, 2, 2, 3, 3, 5, 3, None, False, seed=0))
+    assert case.head_dim in (16, 64) and case.dv in (16, 64)
+    assert targets.Target("any", user_attention, frozenset()).head_size(5) == 5
+    with pytest.raises(ValueError, match="head_dims"):
+        targets.Target("mine", user_attention, frozenset(), head_dims=(0, 16))
 
 
 def test_a_built_in_adapter_keeps_the_name_it_was_chosen_by():
