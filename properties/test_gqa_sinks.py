@@ -86,7 +86,8 @@ def test_each_query_head_reads_kv_head_h_div_r(case, device):
     for h in range(case.n_heads):
         g = h // case.group
         sink_h = None if sinks is None else sinks[h : h + 1]
-        single = sdpa(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], window=case.window, sinks=sink_h)
+        one = (t[:, head : head + 1].contiguous() for t, head in ((q, h), (k, g), (v, g)))
+        single = sdpa(*one, window=case.window, sinks=sink_h)
         assert_close(out[:, h : h + 1], single, f"query head {h} vs single-head attention on KV head {g}")
 
 
