@@ -89,7 +89,7 @@ INCLUSIVE_WINDOW = "a window of W+1 keys (p-W <= j <= p: an inclusive bound)"
 NARROW_WINDOW = "a window of W-1 keys (p-W+1 < j <= p)"
 WINDOW_IGNORED = (
     "window ignored: the target attends as if window=None, to every key up to the query's position "
-    "instead of the last W (a bug, not a convention: CONVENTIONS.md)"
+    "instead of the last W (a bug, not a convention: `attnspec conventions`)"
 )
 
 

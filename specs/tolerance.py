@@ -135,9 +135,9 @@ def rounded_once_bound(
     A result rounded to ``dtype`` at an intermediate step too (scores, the softmax, the norm) is off by
     about one such rounding per step, which this does not allow."""
     golden = golden.detach().cpu().to(torch.float64)
-    float32_bound = golden_bound(golden, ref32, torch.float32)
+    float32_bound = torch.full_like(golden, golden_bound(golden, ref32, torch.float32))
     if conditioning is not None:
-        float32_bound = float32_bound + conditioning
+        float32_bound = float32_bound + conditioning.detach().cpu().to(torch.float64)
     finfo = torch.finfo(dtype)
     _, exponent = torch.frexp(golden.abs() + float32_bound)  # |x| in [2^(e-1), 2^e)
     ulp = torch.ldexp(torch.full_like(golden, finfo.eps), exponent - 1)
