@@ -43,4 +43,5 @@ def second_device(device: torch.device) -> torch.device:
 
 @functools.cache
 def _meta_problem(name: str) -> str | None:
+    """meta_problem of the current target, probed once per target (its name is the cache key)."""
     return meta_problem(current())
