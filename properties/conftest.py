@@ -111,7 +111,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, impl_only = [], []
     for item in items:
         needed = {cap for mark in item.iter_markers("needs") for cap in mark.args}
-        if "impl" in needed and not target.supports("impl"):
+        if ("impl" in needed and not target.supports("impl")) or _of_another_kind(item, target):
             impl_only.append(item)
             continue
         kept.append(item)
@@ -121,6 +121,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if impl_only:
         config.hook.pytest_deselected(items=impl_only)
         items[:] = kept
+
+
+MODULE_PROPERTIES = HERE / "test_modules.py"
+
+
+def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
+    """A property for another kind of target: an attention property for a module target (it has no
+    attention function), a module property for a target that is no module."""
+    if item.path == MODULE_PROPERTIES:
+        return not target.supports("module")
+    in_properties = item.path.is_relative_to(HERE) and not item.path.is_relative_to(META_TESTS)
+    return target.attention is None and in_properties
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

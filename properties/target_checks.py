@@ -74,7 +74,10 @@ def target_problems(target: Target, device: torch.device | str = "cpu") -> list[
 
     It calls attention(q, k, v, **KEYWORDS) as the properties do (an argument the target does not
     support is passed as None), and again with return_weights=True when the target declares
-    "weights", on a small causal problem, and looks at what comes back."""
+    "weights", on a small causal problem, and looks at what comes back; a module target is called
+    once on x (1, 5, D)."""
+    if target.attention is None:
+        return module_problems(target, device)
     batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (
@@ -138,3 +141,17 @@ def meta_problem(target: Target) -> str | None:
     except Exception as error:  # whatever stops it on meta
         return f"{type(error).__name__}: {_first_line(error)}"
     return None
+
+
+def module_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
+    """What keeps a module target from being checked: its call on x (1, T, D) must return a tensor of
+    x's shape, dtype and device, without NaN (T = 5, or its maximum length if shorter)."""
+    seq = min(5, target.max_len or 5)
+    x = torch.randn(1, seq, target.d_model, generator=torch.Generator().manual_seed(0)).to(device)
+    call = f"--impl {target.name}: module(x) with x of shape (1, {seq}, D={target.d_model})"
+    try:
+        with torch.no_grad():
+            out = target.module_in(x.dtype, x.device)(x)
+    except Exception as error:  # any failure of the first call is the one line to show
+        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+    return _result_problems(call, out, "(B, T, D)", tuple(x.shape), x)

@@ -32,6 +32,7 @@ causal self-attention unless it carries a ``capabilities`` attribute).
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 from collections.abc import Callable
@@ -56,6 +57,9 @@ CAPABILITIES = {
     "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
+    "module": "a module or block: x (B, T, D) -> (B, T, D), checked as a black box (test_modules.py)",
+    "chunks": "the module decodes in chunks: decode(x, chunks), x run chunk by chunk from position 0",
+    "no_positions": "the module adds no positions: output i ignores the order of tokens 0..i-1",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
@@ -120,7 +124,7 @@ class Layer:
 @dataclass(frozen=True)
 class Target:
     name: str
-    attention: Callable
+    attention: Callable | None  # None for a module target
     capabilities: frozenset[str]
     about: str = ""
     layer: Callable[[LayerSpec], Layer] | None = None
@@ -139,6 +143,15 @@ class Target:
     # The head sizes (d, and dv with "value_dim") it takes, as kernels that tile features do (16, 32, 64,
     # 128, ...); empty: any.  Every case the kit draws uses one of them (head_size).
     head_dims: tuple[int, ...] = ()
+    # A module target ("module"): x (B, T, D) -> (B, T, D) and what its properties need to know: the
+    # width D, the sliding window of each layer (None: full causal attention; () undeclared), the
+    # longest sequence it takes, and with "chunks" decode(x, chunks).  ``module`` is the object named
+    # (an nn.Module is run in eval mode, and copied to float64 for float64 cases).
+    module: Callable | None = None
+    d_model: int | None = None
+    windows: tuple[int | None, ...] = ()
+    max_len: int | None = None
+    decode: Callable | None = None
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -152,14 +165,28 @@ class Target:
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
-        for method in ("layer", "rope"):
-            if method in self.capabilities and not callable(getattr(self, method)):
+        if "module" in self.capabilities and not (callable(self.module) and isinstance(self.d_model, int)):
+            what = "a callable module and d_model"
+            raise TypeError(f"{self.name} claims the 'module' capability without {what}")
+        for method in ("layer", "rope", "decode"):
+            needed = "chunks" if method == "decode" else method
+            if needed in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
                     f"{self.name} claims the {method!r} capability but has no callable {method}()"
                 )
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
+
+    def module_in(self, dtype: torch.dtype, device: torch.device | str) -> Callable:
+        """The module to run in ``dtype`` on ``device``: an nn.Module is copied there once, in eval mode
+        (its own parameters never change); any other callable is run as it is."""
+        if not isinstance(self.module, torch.nn.Module):
+            return self.module
+        key = (id(self.module), dtype, str(device))
+        if key not in _MODULE_COPIES:
+            _MODULE_COPIES[key] = copy.deepcopy(self.module).to(device=device, dtype=dtype).eval()
+        return _MODULE_COPIES[key]
 
     def head_size(self, n: int) -> int:
         """A head size the target takes for a drawn size ``n``: ``n`` itself when it takes any or that
@@ -179,11 +206,15 @@ class Target:
 
 
 def as_target(name: str, obj: object) -> Target:
-    """A Target from an adapter object or a bare attention function."""
+    """A Target from an adapter object, a bare attention function or a module (an nn.Module without an
+    ``attention`` method, or any callable that declares "module")."""
     if isinstance(obj, Target):
         return replace(obj, name=name)
     if isinstance(obj, type):
         raise TypeError(f"{obj.__name__} is a class: name an instance of it (module:INSTANCE) or a function")
+    declared = frozenset(getattr(obj, "capabilities", ()))
+    if "module" in declared or (isinstance(obj, torch.nn.Module) and not hasattr(obj, "attention")):
+        return module_target(name, obj, declared | {"module"})
     attention = getattr(obj, "attention", obj)
     if not callable(attention):
         raise TypeError(f"{obj!r} has no callable attention(q, k, v, ...)")
@@ -202,6 +233,39 @@ def as_target(name: str, obj: object) -> Target:
         frozenset(getattr(obj, "conventions", ())),
         tuple(getattr(obj, "head_dims", ())),
     )
+
+
+def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
+    """The Target of a module: its declarations, and D read from the module when it declares none."""
+    d_model = getattr(obj, "d_model", None)
+    if d_model is None and isinstance(obj, torch.nn.Module):
+        d_model = _input_width(obj)
+    if not isinstance(d_model, int):
+        raise TypeError(
+            f"{name}: the width D of its input (B, T, D) is unknown: declare it (OBJ.d_model = D)"
+        )
+    return Target(
+        name,
+        None,
+        capabilities,
+        getattr(obj, "__doc__", "") or "",
+        module=obj,
+        d_model=d_model,
+        windows=tuple(getattr(obj, "windows", ())),
+        max_len=getattr(obj, "max_len", None),
+        decode=getattr(obj, "decode", None) if "chunks" in capabilities else None,
+    )
+
+
+def _input_width(module: torch.nn.Module) -> int | None:
+    """D of a module's (B, T, D) input: the width of the first layer that reads features (a Linear's
+    in_features, a norm's normalized shape)."""
+    for part in module.modules():
+        if isinstance(part, torch.nn.Linear):
+            return part.in_features
+        if isinstance(part, torch.nn.LayerNorm | torch.nn.RMSNorm) and len(part.normalized_shape) == 1:
+            return part.normalized_shape[0]
+    return None
 
 
 def load(name: str) -> Target:
@@ -245,6 +309,7 @@ def missing_module_hint(name: str, error: ModuleNotFoundError) -> str:
     return f"{module} imports {missing}, which is not installed"
 
 
+_MODULE_COPIES: dict[tuple[int, torch.dtype, str], torch.nn.Module] = {}
 _current: Target | None = None
 
 

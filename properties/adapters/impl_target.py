@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from attnspec.impl import AttentionBlock, ModelConfig, apply_rope, scaled_dot_product_attention
+from attnspec.impl import (
+    AttentionBlock,
+    ModelConfig,
+    TransformerStack,
+    apply_rope,
+    scaled_dot_product_attention,
+)
 from attnspec.impl import attention as impl_attention
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import CAPABILITIES, Layer, LayerSpec, Target
@@ -49,14 +55,38 @@ def rope(x, positions, base=10000.0):
     return apply_rope(x, positions, base=base)
 
 
+class Stack(TransformerStack):
+    """impl's stack of two blocks, the window of 3 on the even layer, as a module target (decoding
+    through its KV caches in chunks)."""
+
+    def __init__(self) -> None:
+        config = ModelConfig(d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, n_layers=2, window=3)
+        super().__init__(config)
+        randomize_(self, 5)
+
+    def decode(self, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+        cache, outputs, start = self.new_cache(x.shape[1]), [], 0
+        for size in chunks:
+            outputs.append(self(x[:, start : start + size], start, cache))
+            start += size
+        return torch.cat(outputs, dim=1)
+
+
+STACK = Stack()
+
+
 # impl tiles causal attention over more than QUERY_TILE queries (impl/attention.py): the kernel
 # properties draw lengths around that switch, a ragged last tile of one and two queries included.
 TARGET = Target(
     "impl",
     scaled_dot_product_attention,
-    frozenset(CAPABILITIES),
+    frozenset(CAPABILITIES) - {"no_positions"},  # its stack has RoPE
     "attnspec's impl/",
     layer=layer,
     rope=rope,
+    module=STACK,
+    d_model=16,
+    windows=(3, None),
+    decode=STACK.decode,
     switches=(impl_attention.QUERY_TILE + 1,),
 )
