@@ -3,8 +3,10 @@
 Written the way the chapter teaches it: multi-head causal self-attention with separate query, key and
 value projections, a causal mask of -inf above the diagonal, ``x + Attn(LayerNorm(x))`` then
 ``x + FFN(LayerNorm(x))`` with a GELU FFN, and a learned position table of ``max_len`` rows added to
-the input (so the model refuses longer inputs).  ``STACK`` puts two blocks on top of each other, the
-first with a sliding window of 3, and declares it (``windows``), so the kit checks the receptive field.
+the input (so the model refuses longer inputs).  ``STACK`` puts two blocks with sliding windows of 3 and 2
+on top of each other, and declares them (``windows``), so the kit checks the receptive field: output i
+sees inputs i-3 .. i (a full-attention layer anywhere would make it the whole prefix, where no window
+shows).
 
     attnspec check examples.learner_block:MODEL
     attnspec check examples.learner_block:STACK
@@ -76,5 +78,5 @@ class Decoder(nn.Module):
 torch.manual_seed(0)
 MODEL = Decoder()
 MODEL.capabilities = {"float64"}
-STACK = Decoder(windows=(3, None))
+STACK = Decoder(windows=(3, 2))
 STACK.capabilities = {"float64"}
