@@ -42,3 +42,14 @@ def run_properties(
     return subprocess.run(
         [*command, *args], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600
     )
+
+
+def assert_fails_saying(done: subprocess.CompletedProcess, says: str, name: str) -> None:
+    """The run failed (exit 1), and every failing test's report contains ``says``."""
+    from attnspec.properties.meta_tests.test_conformance import failure_reports
+
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    reports = failure_reports(done.stdout)
+    assert reports, done.stdout[-3000:]
+    for test, report in reports.items():
+        assert says in report, f"{test} does not say {says!r} for {name}:\n{report[-3000:]}"

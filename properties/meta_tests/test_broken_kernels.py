@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 
 from attnspec.properties.meta_tests.broken_kernels import BUGS
-from attnspec.properties.meta_tests.kit_runs import PROPERTIES, run_properties
-from attnspec.properties.meta_tests.test_conformance import failure_reports
+from attnspec.properties.meta_tests.kit_runs import PROPERTIES, assert_fails_saying, run_properties
 
 KERNELS = str(PROPERTIES / "test_kernels.py")
 
@@ -28,8 +27,4 @@ def test_each_broken_kernel_fails_and_says_what_broke(name):
     bug = BUGS[name]
     target = f"attnspec.properties.meta_tests.broken_kernels:{name}"
     done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=[KERNELS])
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    reports = failure_reports(done.stdout)
-    assert reports, done.stdout[-3000:]
-    for test, report in reports.items():
-        assert bug.says in report, f"{test} does not say {bug.says!r} for {name}:\n{report[-3000:]}"
+    assert_fails_saying(done, bug.says, name)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attnspec.properties.meta_tests.broken_modules import BUGS
-from attnspec.properties.meta_tests.kit_runs import PROPERTIES, run_properties
-from attnspec.properties.meta_tests.test_conformance import failure_reports
+from attnspec.properties.meta_tests.kit_runs import PROPERTIES, assert_fails_saying, run_properties
 
 MODULES = str(PROPERTIES / "test_modules.py")
 EXAMPLES = (
@@ -31,8 +30,4 @@ def test_each_broken_module_fails_and_says_what_broke(name):
     bug = BUGS[name]
     target = f"attnspec.properties.meta_tests.broken_modules:{name}"
     done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=[MODULES], as_user=True)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    reports = failure_reports(done.stdout)
-    assert reports, done.stdout[-3000:]
-    for test, report in reports.items():
-        assert bug.says in report, f"{test} does not say {bug.says!r} for {name}:\n{report[-3000:]}"
+    assert_fails_saying(done, bug.says, name)
