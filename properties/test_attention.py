@@ -217,8 +217,7 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
     what = f"vs the oracle ({dtype}, causal={causal}, W={kwargs['window']}, scale={scale})"
     assert_attention_golden(out, golden_out, ref_out, f"output {what}", q, k, v, **kwargs)
     if w is not None:
-        cond = Conditioning(q, k, v, **kwargs).weights
-        assert_golden(w, golden_w, ref_w, f"weights {what}", conditioning=cond)
+        assert_golden(w, golden_w, ref_w, f"weights {what}", Conditioning(q, k, v, **kwargs), "weights")
 
 
 # --- ATTN-5: torch's own SDPA -----------------------------------------------------------------
@@ -237,7 +236,7 @@ def test_matches_torch_sdpa(dtype, case, causal, scale, device):
     golden = torch_sdpa_reference(q.double(), k.double(), v.double(), **up)
     ref = golden if dtype == torch.float64 else torch_sdpa_reference(q, k, v, **kwargs)
     what = f"output vs torch SDPA ({dtype}, causal={causal}, W={kwargs['window']})"
-    assert_golden(out, golden, ref, what, conditioning=Conditioning(q, k, v, **kwargs).out)
+    assert_golden(out, golden, ref, what, Conditioning(q, k, v, **kwargs))
 
 
 # --- ATTN-6: the scale ------------------------------------------------------------------------
@@ -487,9 +486,8 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
     # formulation rounds at their magnitude (scale * log2 e folded in, for one).
     ref_out, ref_w = attention_oracle(q, k, v, dtype=torch.float32, **kwargs)
     cond = Conditioning(q, k, v, **kwargs)
-    says = cond.says(cond.out)
-    assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond.out, says)
-    assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond.weights)
+    assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
+    assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
 
 
 @pytest.mark.req("ATTN-11")
@@ -509,9 +507,9 @@ def test_half_precision_is_the_float32_result_rounded_once(dtype, case, causal, 
     f32_out, f32_w = attention_oracle(q, k, v, dtype=torch.float32, **kwargs)
     what = f"({dtype}, causal={causal}, W={kwargs['window']}, sinks={case.use_sinks}, scale={scale})"
     cond = Conditioning(q, k, v, **kwargs)
-    assert_rounded_once(out, golden_out, f32_out, f"output {what}", cond.out)
+    assert_rounded_once(out, golden_out, f32_out, f"output {what}", cond)
     if w is not None:
-        assert_rounded_once(w, golden_w, f32_w, f"weights {what}", cond.weights)
+        assert_rounded_once(w, golden_w, f32_w, f"weights {what}", cond, "weights")
 
 
 # --- GRAD-1: gradients of the core ------------------------------------------------------------

@@ -215,15 +215,15 @@ def test_sinks_held_in_another_dtype(case, dtypes, device):
     if q_dtype in LOW_PRECISION:
         # "float16": scored in float32 beside sinks of any dtype, rounded once (ATTN-11's promise)
         ref_out, ref_w = attention_oracle(q, k, v, window=case.window, sinks=sinks, dtype=torch.float32)
-        assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond.out)
-        assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond.weights)
+        assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
+        assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
         return
     if q_dtype == torch.float64:
         ref_out, ref_w = golden_out, golden_w
     else:
         ref_out, ref_w = attention_oracle(q, k, v, window=case.window, sinks=sinks, dtype=q_dtype)
-    assert_golden(out, golden_out, ref_out, f"output vs the oracle ({what})", conditioning=cond.out)
-    assert_golden(w, golden_w, ref_w, f"weights vs the oracle ({what})", conditioning=cond.weights)
+    assert_golden(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
+    assert_golden(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
 
 
 # --- SINK-2 --------------------------------------------------------------------------------

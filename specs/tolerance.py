@@ -38,22 +38,17 @@ LOGIT_ROUNDINGS = 4
 
 
 def golden_bound(
-    golden: torch.Tensor,
-    ref_lowp: torch.Tensor,
-    dtype: torch.dtype,
-    floor_times: float = 1.0,
-    conditioning: torch.Tensor | None = None,
+    golden: torch.Tensor, ref_lowp: torch.Tensor, dtype: torch.dtype, conditioning: torch.Tensor | None = None
 ) -> float:
-    """The largest error the policy allows for an output of ``dtype`` against ``golden``; a
-    requirement whose tolerance says so multiplies the floor by ``floor_times``; ``conditioning``
-    (golden's shape, attention_conditioning) adds its largest entry."""
+    """The largest error the policy allows for an output of ``dtype`` against ``golden``;
+    ``conditioning`` (golden's shape, attention_conditioning) adds its largest entry."""
     golden = golden.detach().cpu().to(torch.float64)
     ref_err = (
         (ref_lowp.detach().cpu().to(torch.float64) - golden).abs().max().item() if golden.numel() else 0.0
     )
     scale = max(1.0, golden.abs().max().item()) if golden.numel() else 1.0
     extra = conditioning.max().item() if conditioning is not None and conditioning.numel() else 0.0
-    return FUDGE * ref_err + extra + FLOOR[dtype] * floor_times * scale
+    return FUDGE * ref_err + extra + FLOOR[dtype] * scale
 
 
 def scoring_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from attnspec.properties.pytest_helpers import Conditioning, assert_golden, assert_rounded_once
 from attnspec.specs.oracle import attention_oracle
 from attnspec.specs.tolerance import attention_conditioning, golden_bound, rounded_once_bound
 
@@ -64,3 +66,19 @@ def test_the_allowance_stays_far_below_a_real_bugs_error_at_ordinary_logits():
     golden, _ = attention_oracle(q, k, v)
     no_scale, _ = attention_oracle(q, k, v, scale=1.0)  # the missing 1/sqrt(d) of the catalogue
     assert (no_scale - golden).abs().max().item() > 1e3 * cond.max().item()
+
+
+def test_the_assertions_take_the_conditioning_only_where_the_plain_bound_fails():
+    q, k, v = steered(40000.0)
+    golden, _ = attention_oracle(q, k, v)
+    ref32, _ = attention_oracle(q, k, v, dtype=torch.float32)
+    out = exp2_folded(q, k, v)
+    with pytest.raises(AssertionError, match="exceeds"):
+        assert_golden(out, golden, ref32, "folded exp2, no conditioning")
+    cond = Conditioning(q.float(), k.float(), v.float())  # float32 inputs (the grid holds them exactly)
+    assert_golden(out, golden, ref32, "folded exp2", cond)
+    assert_rounded_once(out.half(), golden, ref32, "folded exp2 in fp16", cond)
+    with pytest.raises(AssertionError, match=r"logits up to 3\.994e\+04 in magnitude"):  # names the logits
+        assert_golden(out + 0.2, golden, ref32, "off by 0.2", cond)
+    ordinary = Conditioning(*(torch.randn(1, 1, 4, 4, dtype=torch.float64) for _ in range(3)))
+    assert ordinary._terms is None  # nothing computed until a comparison needs it
