@@ -44,6 +44,12 @@ def run_properties(
     )
 
 
+def assert_passes(done: subprocess.CompletedProcess) -> None:
+    """The run passed (exit 0) and ran at least one property, none failing."""
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout, done.stdout[-4000:]
+
+
 def assert_fails_saying(done: subprocess.CompletedProcess, says: str, name: str) -> None:
     """The run failed (exit 1), and every failing test's report contains ``says``."""
     from attnspec.properties.meta_tests.test_conformance import failure_reports

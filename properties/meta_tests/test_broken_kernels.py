@@ -11,15 +11,19 @@ from __future__ import annotations
 import pytest
 
 from attnspec.properties.meta_tests.broken_kernels import BUGS
-from attnspec.properties.meta_tests.kit_runs import PROPERTIES, assert_fails_saying, run_properties
+from attnspec.properties.meta_tests.kit_runs import (
+    PROPERTIES,
+    assert_fails_saying,
+    assert_passes,
+    run_properties,
+)
 
 KERNELS = str(PROPERTIES / "test_kernels.py")
 
 
 def test_the_reference_kernel_passes_every_property_it_can_run():
     done = run_properties("flash-ref")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    assert_passes(done)
 
 
 @pytest.mark.parametrize("name", BUGS)

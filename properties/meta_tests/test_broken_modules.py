@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from attnspec.properties.meta_tests.broken_modules import BUGS
-from attnspec.properties.meta_tests.kit_runs import PROPERTIES, assert_fails_saying, run_properties
+from attnspec.properties.meta_tests.kit_runs import (
+    PROPERTIES,
+    assert_fails_saying,
+    assert_passes,
+    run_properties,
+)
 
 MODULES = str(PROPERTIES / "test_modules.py")
 EXAMPLES = (
@@ -21,8 +26,7 @@ EXAMPLES = (
 @pytest.mark.parametrize("target", EXAMPLES)
 def test_each_example_module_passes_the_whole_kit(target):
     done = run_properties(target, as_user=True)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    assert_passes(done)
 
 
 @pytest.mark.parametrize("name", BUGS)

@@ -11,8 +11,9 @@ import torch
 
 from attnspec.properties import declared
 from attnspec.properties.meta_tests import broken_targets, declared_targets
-from attnspec.properties.meta_tests.kit_runs import run_properties
+from attnspec.properties.meta_tests.kit_runs import assert_passes, run_properties
 from attnspec.properties.targets import LayerSpec, Target
+from attnspec.properties.test_attention_layer import LayerCase, oracle_keywords
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
 
 
@@ -60,20 +61,7 @@ def test_an_interleaved_layer_declared_reports_parameters_of_the_half_split_orac
     spec = LayerSpec(d_model=8, n_heads=2, n_kv_heads=1, head_dim=4, seed=3, dtype=torch.float64)
     layer = declaring(broken_targets.INTERLEAVED_ROPE, "rope-interleaved").layer(spec)
     x = torch.randn(1, 5, 8, dtype=torch.float64)
-    golden = attention_layer_oracle(
-        x,
-        **{name: getattr(layer, name) for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")},
-        sinks=layer.sinks,
-        norm_weight=layer.norm_weight,
-        eps=layer.eps,
-        residual=layer.residual,
-        n_heads=2,
-        n_kv_heads=1,
-        head_dim=4,
-        window=None,
-        base=spec.base,
-        offset=0,
-    )
+    golden = attention_layer_oracle(x, **oracle_keywords(layer, LayerCase(spec, batch=1, seq=5, offset=0)))
     torch.testing.assert_close(layer.forward(x, 0), golden)
 
 
@@ -87,5 +75,4 @@ def test_unknown_or_contradictory_declarations_are_refused():
 def test_a_neighbour_that_declares_its_convention_passes_the_whole_kit(name):
     assert getattr(declared_targets, name).conventions
     done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}", profile="mutation")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    assert_passes(done)

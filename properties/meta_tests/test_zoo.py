@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnspec.properties.meta_tests.kit_runs import run_properties
+from attnspec.properties.meta_tests.kit_runs import assert_passes, run_properties
 
 ZOO = (
     "examples.zoo.triton_style:attention",
@@ -23,8 +23,7 @@ CANNOT_RUN_ON_META = ZOO[:2]
 @pytest.mark.parametrize("target", ZOO)
 def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target):
     done = run_properties(target, as_user=True)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    assert_passes(done)
     if target in CANNOT_RUN_ON_META and not torch.cuda.is_available():  # skipped with its reason, counted
         assert "--   device      cannot run on the meta device" in done.stdout, done.stdout[-3000:]
 
