@@ -447,9 +447,18 @@ def fp16_overflow_cases(draw: st.DrawFn) -> tuple[AttnCase, int]:
     return case, draw(st.sampled_from([1, 4, 16]))
 
 
+def fp16_spanning_tiles() -> tuple[AttnCase, int]:
+    """spanning_tiles() with head_dim 64 and 4 outliers: an explicit example that takes impl's tiled
+    path in every profile (20 derandomized examples need not draw a causal case with Tq > 3)."""
+    case = spanning_tiles()
+    head_dim = TARGET.head_size(64)
+    return replace(case, head_dim=head_dim, dv=case.dv if TARGET.supports("value_dim") else head_dim), 4
+
+
 @pytest.mark.req("ATTN-11")
 @pytest.mark.needs("float16", "weights")
 @both_paths
+@example(case_outliers=fp16_spanning_tiles())
 @given(case_outliers=fp16_overflow_cases())
 def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
     # A few outlier features of size a shared by every query and key (like the massive
