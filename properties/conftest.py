@@ -124,13 +124,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 MODULE_PROPERTIES = HERE / "test_modules.py"
+LAYER_PROPERTIES = HERE / "test_attention_layer.py"  # for any target: a module's white box too
 
 
 def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
     """A property for another kind of target: an attention property for a module target (it has no
-    attention function), a module property for a target that is no module."""
+    attention function), a module property for a target that is no module.  The layer properties
+    are of every kind (a module without a layer() is told that they need one)."""
     if item.path == MODULE_PROPERTIES:
         return not target.supports("module")
+    if item.path == LAYER_PROPERTIES:
+        return False
     in_properties = item.path.is_relative_to(HERE) and not item.path.is_relative_to(META_TESTS)
     return target.attention is None and in_properties
 

@@ -108,6 +108,10 @@ def window_candidates(window: int | None, oracle: Callable) -> list[Candidate]:
 
 INTERLEAVED = "interleaved RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate"
 TILED_GQA = "tile-style GQA (query head h reads KV head h % Hkv, like k.repeat)"
+NO_ROPE = (
+    "no RoPE: the layer rotates neither q nor k. A layer without positions inside (absolute positions "
+    "added to its input, or none) reports Layer(rope=False); one that should rotate them forgot to"
+)
 TOP_LEFT = "top-left alignment (query i at position i, like torch's is_causal)"
 
 
@@ -143,12 +147,15 @@ def layer_convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, x: torch.Tensor, **layer
 ) -> str | None:
     """convention_mismatch for a whole layer (``layer``: the keywords of attention_layer_oracle):
-    interleaved RoPE pairs, a window of W+1 or W-1 keys or none, or tile-style GQA."""
+    interleaved RoPE pairs or no RoPE at all, a window of W+1 or W-1 keys or none, or tile-style GQA."""
 
     def oracle(**change):
         return attention_layer_oracle(x, **{**layer, **change})
 
-    candidates = [Candidate(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
+    candidates = []
+    if layer.get("rope", True):
+        candidates += [Candidate(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
+        candidates += [Candidate("no RoPE", lambda: oracle(rope=False), bug=NO_ROPE)]
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
         candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled")))

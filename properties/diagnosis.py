@@ -74,15 +74,15 @@ def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) 
 
 
 def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
+    head_dim = target.head_size(4)
+    width = target.layer_width(probe.n_heads, head_dim, 12)
     spec = LayerSpec(
-        12, probe.n_heads, probe.n_kv_heads, target.head_size(4), probe.window, seed=SEED, dtype=dtype,
-        device=device,
+        width, probe.n_heads, probe.n_kv_heads, head_dim, probe.window, seed=SEED, dtype=dtype, device=device
     )
     layer = target.layer(spec)
     x = _randn(1, probe.tq, spec.d_model, seed=4, dtype=dtype)
     out = layer.forward(x.to(device), 0)
-    parameters = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks", "norm_weight", "eps", "residual")
-    keywords = {name: getattr(layer, name) for name in parameters}
+    keywords = layer.reported()
     keywords.update(
         n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, window=spec.window
     )
@@ -101,7 +101,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     positions); None when it follows them there or misses the oracle in a way no other convention
     explains.  A problem the target raises an error on tells nothing: its failing properties say why."""
     dtype = torch.float64 if target.supports("float64") else torch.float32
-    checks = [partial(attention_finding, target, probe) for probe in attention_probes(target)]
+    probes = attention_probes(target) if target.attention is not None else []  # a module has a layer only
+    checks = [partial(attention_finding, target, probe) for probe in probes]
     checks += [partial(rope_finding, target)] if target.supports("rope") else []
     if target.supports("layer"):
         checks += [partial(layer_finding, target, probe) for probe in layer_probes(target)]

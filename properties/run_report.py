@@ -25,6 +25,25 @@ LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
 EXAMPLE_NOTES = ("Falsifying", "Failing", "Draw ")
 # A property that needs a second device the target cannot use here (skips.second_device) says so.
 NO_SECOND_DEVICE = "no second real device is here"
+# What a module target's properties read (test_modules.py, and test_attention_layer.py for its layer):
+# the capability table of a module lists these alone.
+MODULE_CAPABILITIES = (
+    "module",
+    "chunks",
+    "no_positions",
+    "float64",
+    "float16",
+    "layer",
+    "window",
+    "sinks",
+    "gqa",
+    "offset",
+    "cache",
+)
+WHITE_BOX = (
+    "a black box cannot see a wrong scale, or a head split that mixes every head alike: give the "
+    "module a layer(spec), its white box (`attnspec conventions`: 'Layers, and the white box of a module')"
+)
 
 
 def lacks(target: Target, *capabilities: str) -> str:
@@ -147,14 +166,20 @@ class RunReport:
         return [line for failure in self.failures for line in failure.lines()]
 
     def capability_lines(self, target: Target) -> list[str]:
+        """One line per capability (a module's only: MODULE_CAPABILITIES) saying whether the target
+        declares it and how many tests its absence skipped; then what else kept tests from running."""
+        module = target.attention is None  # a module target, not a target that also has one (impl)
+        names = MODULE_CAPABILITIES if module else tuple(CAPABILITIES)
         lines = []
-        for name, meaning in CAPABILITIES.items():
+        for name in names:
             mark = "yes" if name in target.capabilities else "no "
             skipped = f"  (skipped {self.skipped_for[name]})" if name in self.skipped_for else ""
-            lines.append(f"  {mark}  {name:<11} {meaning}{skipped}")
+            lines.append(f"  {mark}  {name:<12} {CAPABILITIES[name]}{skipped}")
+        if module and not target.supports("layer"):
+            lines.append(f"  --   {'white box':<12} {WHITE_BOX}")
         if self.no_second_device:
             lines.append(
-                f"  --   {'device':<11} cannot run on the meta device, and no CUDA GPU is here "
+                f"  --   {'device':<12} cannot run on the meta device, and no CUDA GPU is here "
                 f"(skipped {self.no_second_device})"
             )
         return lines

@@ -23,7 +23,9 @@ and, for the layer properties (capability "layer"), a whole attention layer:
         build the layer ``spec`` describes, every parameter drawn at random from ``spec.seed``
         (properties.hypothesis_helpers.randomize_ does that), and return a Layer: its
         forward(x (B, T, D), offset) -> (B, T, D), the parameters the oracle needs and, with
-        capability "cache", decode(x, chunks): x run through a fresh KV cache chunk by chunk
+        capability "cache", decode(x, chunks): x run through a fresh KV cache chunk by chunk;
+        a layer may have no RoPE, biases, and an RMSNorm or LayerNorm pre-norm (Layer), and a
+        module target may have one too: its white box (a black box cannot see a wrong scale)
 
 NAME is a built-in adapter (ADAPTERS) or ``package.module:object`` for your own code, where the
 object is such a target or a bare attention function (which then has no capability beyond
@@ -54,7 +56,7 @@ CAPABILITIES = {
     "float16": "fp16/bf16 inputs scored and normalised in float32, the result rounded once to their dtype",
     "grad": "the output is differentiable: autograd reaches q, k, v (and tensor sinks)",
     "rope": "the rotary embedding on its own (rope(x, positions, base))",
-    "layer": "a whole attention layer: projections, RoPE, attention, output projection (layer())",
+    "layer": "a whole attention layer, checked against the oracle layer built from its parameters (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
     "module": "a module or block: x (B, T, D) -> (B, T, D), checked as a black box (test_modules.py)",
@@ -98,9 +100,13 @@ class Layer:
     """A layer a target built: ``forward(x, offset)`` and its parameters in nn.Linear layout (out, in).
 
     out = Wo . attn(RoPE(x' Wq^T + bq), RoPE(x' Wk^T + bk), x' Wv^T + bv) + bo, plus x when
-    ``residual``; x' = RMSNorm(x) with ``norm_weight`` and ``eps`` when the layer has a pre-norm,
-    else x.  RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md), head i of each
-    projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits."""
+    ``residual``; x' is x after the layer's pre-norm when it has one (``norm_weight`` given):
+    RMSNorm (``norm="rms"``) or LayerNorm (``norm="layer"``, with ``norm_bias``), with ``eps``.
+    RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md); a layer with ``rope=False``
+    rotates nothing (it has no positions, or absolute ones are added to x before it).  Head i of
+    each projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits.
+    properties/layouts.py builds one from the common module layouts (a fused qkv projection,
+    torch's nn.MultiheadAttention)."""
 
     forward: Callable[[torch.Tensor, int], torch.Tensor]
     wq: torch.Tensor
@@ -113,12 +119,31 @@ class Layer:
     bo: torch.Tensor | None = None
     sinks: torch.Tensor | None = None
     norm_weight: torch.Tensor | None = None
+    norm_bias: torch.Tensor | None = None
+    norm: str = "rms"
     eps: float = 1e-5
     residual: bool = False
+    rope: bool = True
     # with the "cache" capability: x (B, T, D) run through a fresh KV cache of the layer in chunks of
     # the given sizes (they add up to T; the first is the prompt), from position 0; the outputs of
     # all chunks, concatenated (B, T, D)
     decode: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.norm not in ("rms", "layer"):
+            raise ValueError(
+                f"Layer(norm={self.norm!r}): the pre-norm is 'rms' (RMSNorm) or 'layer' (LayerNorm)"
+            )
+        if self.norm_bias is not None and (self.norm != "layer" or self.norm_weight is None):
+            raise ValueError(
+                "Layer(norm_bias=...) is LayerNorm's bias: give norm='layer' and its norm_weight"
+            )
+
+    def reported(self) -> dict:
+        """What the layer reports, as keywords of the oracle layer (specs.oracle.attention_layer_oracle)."""
+        names = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks")
+        names += ("norm_weight", "norm_bias", "norm", "eps", "residual", "rope")
+        return {name: getattr(self, name) for name in names}
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,9 @@ class Target:
     # The head sizes (d, and dv with "value_dim") it takes, as kernels that tile features do (16, 32, 64,
     # 128, ...); empty: any.  Every case the kit draws uses one of them (head_size).
     head_dims: tuple[int, ...] = ()
+    # The layer can only be built with d_model = n_heads * head_dim, as nanoGPT, GPT-2 and torch's
+    # nn.MultiheadAttention are: every LayerSpec the kit asks for then has that width (layer_width).
+    tied_width: bool = False
     # A module target ("module"): x (B, T, D) -> (B, T, D) and what its properties need to know: the
     # width D, the sliding window of each layer (None: full causal attention; () undeclared), the
     # longest sequence it takes, and with "chunks" decode(x, chunks).  ``module`` is the object named
@@ -195,6 +223,11 @@ class Target:
             return n
         return sorted(self.head_dims)[(n - 1) % len(self.head_dims)]
 
+    def layer_width(self, n_heads: int, head_dim: int, drawn: int) -> int:
+        """d_model of a LayerSpec with these heads: ``drawn``, or n_heads * head_dim for a layer
+        whose width is tied to its heads (tied_width)."""
+        return n_heads * head_dim if self.tied_width else drawn
+
     def outputs(self, q, k, v, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(output, weights): the output of a plain call, and the weights of a return_weights call
         (None without "weights").  Two calls, because a target may take another path when it need
@@ -232,6 +265,7 @@ def as_target(name: str, obj: object) -> Target:
         tuple(getattr(obj, "switches", ())),
         frozenset(getattr(obj, "conventions", ())),
         tuple(getattr(obj, "head_dims", ())),
+        bool(getattr(obj, "tied_width", False)),
     )
 
 
@@ -249,6 +283,8 @@ def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
         None,
         capabilities,
         getattr(obj, "__doc__", "") or "",
+        layer=getattr(obj, "layer", None),
+        tied_width=bool(getattr(obj, "tied_width", False)),
         module=obj,
         d_model=d_model,
         windows=tuple(getattr(obj, "windows", ())),

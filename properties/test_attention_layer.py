@@ -60,15 +60,18 @@ def layer_cases(
     """A tiny layer within the target's capabilities: GQA groups, a window, sinks, a RoPE base
     away from 10000 (head_dim >= 4 makes it matter), a position offset, and one of ``dtypes``
     (float_dtypes(device): the test draws the case, since only it sees the device).  D is a
-    multiple of Hq (transformers' configs insist) but drawn apart from Hq * d."""
+    multiple of Hq (transformers' configs insist) but drawn apart from Hq * d, unless the target
+    ties the two (tied_width)."""
     n_kv_heads = draw(st.integers(1, 2))
     group = draw(st.integers(1, 3)) if TARGET.supports("gqa") else 1
     seq = draw(st.integers(min_seq, max_seq))
+    head_dim = TARGET.head_size(draw(st.sampled_from([2, 4, 6, 8])))
+    width = n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6]))
     spec = LayerSpec(
-        d_model=n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6])),
+        d_model=TARGET.layer_width(n_kv_heads * group, head_dim, width),
         n_heads=n_kv_heads * group,
         n_kv_heads=n_kv_heads,
-        head_dim=TARGET.head_size(draw(st.sampled_from([2, 4, 6, 8]))),
+        head_dim=head_dim,
         window=draw(st.one_of(st.none(), st.integers(1, seq + 1))) if TARGET.supports("window") else None,
         sinks=draw(st.booleans()) if TARGET.supports("sinks") else False,
         base=draw(st.sampled_from([10000.0, 10.0, 500000.0])),
@@ -80,15 +83,10 @@ def layer_cases(
 
 
 def oracle_keywords(layer: Layer, case: LayerCase) -> dict:
-    """attention_layer_oracle's keywords: sizes, window and RoPE from the spec, parameters from the layer."""
+    """attention_layer_oracle's keywords: sizes, window, RoPE base from the spec, the rest from the layer."""
     spec = case.spec
-    parameters = {name: getattr(layer, name) for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")}
     return {
-        **parameters,
-        "sinks": layer.sinks,
-        "norm_weight": layer.norm_weight,
-        "eps": layer.eps,
-        "residual": layer.residual,
+        **layer.reported(),
         "n_heads": spec.n_heads,
         "n_kv_heads": spec.n_kv_heads,
         "head_dim": spec.head_dim,
@@ -105,13 +103,21 @@ def lowp_oracle(x: torch.Tensor, keywords: dict, dtype: torch.dtype) -> torch.Te
     return attention_layer_oracle(x, **keywords, dtype=dtype, angles_in_dtype=True)
 
 
+TIED_HINT = (
+    ": a layer as wide as its heads times their size declares tied_width = True (CONVENTIONS.md: Layers)"
+)
+
+
 def check_spec(layer: Layer, spec: LayerSpec) -> None:
     """The parameters the target reports have the sizes the spec asked for."""
     width, kv_width = spec.n_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim
     shapes = {"wq": (width, spec.d_model), "wk": (kv_width, spec.d_model), "wv": (kv_width, spec.d_model)}
     shapes["wo"] = (spec.d_model, width)
+    tied = "" if TARGET.tied_width else TIED_HINT
     for name, shape in shapes.items():
-        assert tuple(getattr(layer, name).shape) == shape, f"{name} is {tuple(getattr(layer, name).shape)}"
+        found = tuple(getattr(layer, name).shape)
+        hint = tied if name == "wq" and found == (spec.d_model, spec.d_model) else ""
+        assert found == shape, f"{name} is {found}, expected {shape} for {spec}{hint}"
     assert (layer.sinks is not None) == spec.sinks, f"sinks {layer.sinks} for a spec with sinks={spec.sinks}"
 
 

@@ -170,6 +170,39 @@ def rms_norm_oracle(
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
+def layer_norm_oracle(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, dtype: torch.dtype = GOLDEN
+) -> torch.Tensor:
+    """(x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last axis (the biased variance:
+    the mean of the squared deviations)."""
+    x, weight = x.detach().cpu().to(dtype), weight.detach().cpu().to(dtype)
+    centred = x - x.mean(dim=-1, keepdim=True)
+    out = centred / torch.sqrt((centred * centred).mean(dim=-1, keepdim=True) + eps) * weight
+    return out if bias is None else out + bias.detach().cpu().to(dtype)
+
+
+def pre_norm_oracle(
+    x: torch.Tensor,
+    norm: str,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    dtype: torch.dtype = GOLDEN,
+) -> torch.Tensor:
+    """A layer's input after its pre-norm: x itself without one (``weight`` None), else RMSNorm
+    (``norm="rms"``) or LayerNorm (``norm="layer"``) with that gain (and LayerNorm's bias)."""
+    x = x.detach().cpu().to(dtype)
+    if weight is None:
+        return x
+    if norm == "rms":
+        if bias is not None:
+            raise ValueError("an RMSNorm has no bias (a pre-norm with a bias is norm='layer')")
+        return rms_norm_oracle(x, weight, eps, dtype)
+    if norm == "layer":
+        return layer_norm_oracle(x, weight, bias, eps, dtype)
+    raise ValueError(f"unknown pre-norm {norm!r}: 'rms' or 'layer'")
+
+
 def ffn_oracle(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -212,19 +245,23 @@ def layer_qkv_oracle(
     bk: torch.Tensor | None = None,
     bv: torch.Tensor | None = None,
     norm_weight: torch.Tensor | None = None,
+    norm_bias: torch.Tensor | None = None,
+    norm: str = "rms",
     eps: float = 1e-5,
+    rope: bool = True,
     offset: int = 0,
     base: float = 10000.0,
     pairs: str = "half",
     angles_in_dtype: bool = False,
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x (RMSNorm(x) if
-    it has a norm) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
-    positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``)"""
+    """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x after its pre-norm
+    (pre_norm_oracle) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
+    positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``); q and k unrotated for a
+    layer without RoPE (``rope=False``: no positions, or absolute ones added to x before it)."""
     x = x.detach().cpu().to(dtype)
     batch, seq, _ = x.shape
-    h = x if norm_weight is None else rms_norm_oracle(x, norm_weight, eps, dtype)
+    h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype)
 
     def project(w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         y = h @ w.detach().cpu().to(dtype).T
@@ -236,9 +273,11 @@ def layer_qkv_oracle(
             out[:, i] = t[..., i * head_dim : (i + 1) * head_dim]
         return out
 
-    positions = list(range(offset, offset + seq))
-    q = rope_oracle(heads(project(wq, bq), n_heads), positions, base, dtype, pairs, angles_in_dtype)
-    k = rope_oracle(heads(project(wk, bk), n_kv_heads), positions, base, dtype, pairs, angles_in_dtype)
+    q, k = heads(project(wq, bq), n_heads), heads(project(wk, bk), n_kv_heads)
+    if rope:
+        positions = list(range(offset, offset + seq))
+        q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype)
+        k = rope_oracle(k, positions, base, dtype, pairs, angles_in_dtype)
     return q, k, heads(project(wv, bv), n_kv_heads)
 
 
@@ -292,7 +331,8 @@ def attention_layer_oracle(
     **qkv,
 ) -> torch.Tensor:
     """Wo . attn(RoPE(q), RoPE(k), v) (+ bo), plus x when the layer has a residual; ``qkv`` are the
-    keywords of layer_qkv_oracle (matrices, biases, norm, head_dim, offset, base, pairs, angles).
+    keywords of layer_qkv_oracle (matrices, biases, pre-norm, head_dim, RoPE or none, offset, base,
+    pairs, angles).
 
     ``gqa="tiled"`` lets query head h read KV head h % Hkv (like k.repeat): not attnspec's
     convention, there to name the convention a target follows when it fails."""
