@@ -8,6 +8,12 @@ on top of each other, and declares them (``windows``), so the kit checks the rec
 sees inputs i-3 .. i (a full-attention layer anywhere would make it the whole prefix, where no window
 shows).
 
+Both also have their white box, ``layer(spec)``: a block built at the sizes the kit asks for, with its
+FFN silenced (its last projection zeroed, so the block computes exactly ``x + Attn(LayerNorm(x))``),
+reported as a layer with separate projections and biases, a LayerNorm pre-norm, a residual and no
+RoPE.  The kit checks it against the oracle layer: a wrong scale or a head split that a black box
+cannot see fails there.
+
     attnspec check examples.learner_block:MODEL
     attnspec check examples.learner_block:STACK
 """
@@ -18,6 +24,10 @@ import math
 
 import torch
 from torch import nn
+
+from attnspec.properties.hypothesis_helpers import randomize_
+from attnspec.properties.layouts import pre_norm, projections
+from attnspec.properties.targets import Layer, LayerSpec
 
 
 class CausalSelfAttention(nn.Module):
@@ -75,8 +85,23 @@ class Decoder(nn.Module):
         return x
 
 
+def layer(spec: LayerSpec) -> Layer:
+    """A block at the spec's sizes and window, every parameter drawn from the spec's seed, its FFN
+    silenced: its attention layer x + Attn(LayerNorm(x))."""
+    block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec.seed)
+    with torch.no_grad():
+        block.ffn[-1].weight.zero_()
+        block.ffn[-1].bias.zero_()
+    block = block.to(spec.device, spec.dtype).eval()
+    attn = block.attn
+    parameters = projections(attn.q, attn.k, attn.v, attn.out) | pre_norm(block.norm1)
+    return Layer(lambda x, offset: block(x), **parameters, residual=True, rope=False)
+
+
 torch.manual_seed(0)
 MODEL = Decoder()
-MODEL.capabilities = {"float64"}
 STACK = Decoder(windows=(3, 2))
-STACK.capabilities = {"float64"}
+for decoder in (MODEL, STACK):
+    decoder.capabilities = {"float64", "layer", "window"}
+    decoder.layer = layer
+    decoder.tied_width = True

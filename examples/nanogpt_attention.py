@@ -3,6 +3,12 @@ split into q | k | v, a lower-triangular ``bias`` buffer as the mask, attention 
 (off in eval mode), and ``c_proj``.  It adds no positions (a GPT adds them before the blocks), so the
 kit also checks that each output ignores the order of the tokens before it.
 
+A black box cannot see a wrong scale or a head split that mixes features the same way in every
+head, so ``ATTENTION`` also has its white box: ``layer(spec)`` builds the module at the sizes the kit
+asks for and reports its parameters (``c_attn`` split into q | k | v, its biases, ``c_proj``), and the
+kit checks it against the oracle layer built from them.  The module's width is n_head * head size
+(``tied_width``), and it has no RoPE (``rope=False``).
+
     attnspec check examples.nanogpt_attention:ATTENTION
 """
 
@@ -14,6 +20,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from attnspec.properties.hypothesis_helpers import randomize_
+from attnspec.properties.layouts import fused_projections
+from attnspec.properties.targets import Layer, LayerSpec
 
 
 @dataclass
@@ -50,10 +60,20 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
 
+def layer(spec: LayerSpec, build=CausalSelfAttention) -> Layer:
+    """The module at the spec's sizes, every parameter drawn from the spec's seed, as a layer."""
+    config = GPTConfig(n_embd=spec.d_model, n_head=spec.n_heads)
+    module = randomize_(build(config), spec.seed).to(spec.device, spec.dtype).eval()
+    parameters = fused_projections(module.c_attn, module.c_proj, spec)
+    return Layer(lambda x, offset: module(x), **parameters, rope=False)
+
+
 torch.manual_seed(0)
 ATTENTION = CausalSelfAttention(GPTConfig())
-ATTENTION.capabilities = {"float64", "no_positions"}
+ATTENTION.capabilities = {"float64", "no_positions", "layer"}
 ATTENTION.max_len = GPTConfig().block_size
 ATTENTION.windows = (None,)
+ATTENTION.layer = layer
+ATTENTION.tied_width = True
 # The same module with no declarations at all: the black-box properties that need none still run.
 PLAIN = CausalSelfAttention(GPTConfig())

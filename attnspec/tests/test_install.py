@@ -91,6 +91,10 @@ def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run(command, cwd, "check", *args)
 
 
+# The module examples, each with its white box (attnspec.properties.layouts must come with the wheel).
+MODULE_EXAMPLES = ("learner_block:MODEL", "nanogpt_attention:ATTENTION")
+
+
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory) -> Path:
     """An empty directory with the user's modules: a correct kernel, a broken one, mistakes."""
@@ -99,6 +103,9 @@ def user_dir(tmp_path_factory) -> Path:
     (cwd / "broken.py").write_text(BROKEN)
     (cwd / "mistakes.py").write_text(MISTAKES)
     (cwd / "typo.py").write_text("def attention(q, k, v\n    return q\n")
+    for example in MODULE_EXAMPLES:
+        name = example.partition(":")[0]
+        (cwd / f"{name}.py").write_text((REPO / "examples" / f"{name}.py").read_text())
     return cwd
 
 
@@ -127,6 +134,15 @@ def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
     assert "capabilities of --impl toy:attention" in done.stdout
     assert " yes  window " in done.stdout
     assert not list(user_dir.glob(".pytest_cache"))
+
+
+@pytest.mark.parametrize("example", MODULE_EXAMPLES)
+def test_a_module_example_passes_with_its_white_box(attnspec_command: Path, user_dir: Path, example: str):
+    done = check(attnspec_command, user_dir, example)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(f"PASS: --impl {example}"), done.stdout[-2000:]
+    (layer,) = [line for line in done.stdout.splitlines() if line.startswith("  yes  layer ")]
+    assert "skipped" not in layer, layer  # the layer properties ran
 
 
 def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, user_dir: Path):

@@ -8,5 +8,10 @@ own code.  Each passes the whole kit (properties/meta_tests/test_zoo.py, in ever
 - ``prescaled_dense``: dense attention with q scaled before the product, ``baddbmm`` over a finite
   ``finfo.min`` mask bias, GQA by expand and reshape;
 - ``complex_rope_llama``: a Meta-Llama-style attention layer whose RoPE rotates interleaved pairs through
-  complex numbers, and declares it (``conventions = {"rope-interleaved"}``).
+  complex numbers, and declares it (``conventions = {"rope-interleaved"}``);
+- ``torch_multihead``: a causal self-attention module on torch's ``nn.MultiheadAttention`` (a float mask from
+  ``generate_square_subsequent_mask``, a boolean one with a window), a module target with its white box;
+- ``gpt2_style``: a small Hugging-Face-GPT-2-style decoder (``Conv1D`` weights stored (in, out), a fused
+  ``c_attn``, a boolean mask buffer against ``finfo.min``, LayerNorm blocks, learned positions, decoding
+  through ``(key, value)`` tuples), a module target that decodes in chunks, with its white box.
 """

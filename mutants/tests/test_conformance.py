@@ -82,11 +82,13 @@ def test_install_swaps_the_code_of_the_live_function_under_its_decorator(tmp_pat
 TOY = REPO_ROOT / "examples" / "toy_attention.py"
 
 
-def start(root: Path, tmp: Path, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "mutants", "run", "--source", "examples/toy_attention.py"]
+def start(
+    root: Path, tmp: Path, *extra: str, source: str = "examples/toy_attention.py", impl: str = ""
+) -> subprocess.Popen:
+    command = [sys.executable, "-m", "mutants", "run", "--source", source]
     command += [
         "--impl",
-        "examples.toy_attention:attention",
+        impl or "examples.toy_attention:attention",
         "--root",
         str(root),
         "--max-children",
@@ -128,6 +130,21 @@ def test_a_campaign_on_a_users_file_kills_every_fault_it_has(toy_conformance):
     assert all(m["killedBy"] and m["coveredBy"] for m in mutants)
     for name in ("index.html", "mutation-summary.txt", "kill-matrix.json"):
         assert (reports / name).exists()
+
+
+def test_a_campaign_on_a_module_kills_what_only_its_white_box_sees(tmp_path):
+    """nanoGPT's attention module as a module target with its layer: the missing scale (F3), which every
+    black-box property passes, is killed by the layer oracle, and so is every other fault with a site."""
+    source, impl = "examples/nanogpt_attention.py", "examples.nanogpt_attention:ATTENTION"
+    process = start(tmp_path / "root", tmp_path, source=source, impl=impl)
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0 and "gate: passed" in output, output
+    table = json.loads(
+        (tmp_path / "root" / "reports" / "examples.nanogpt_attention" / "fault-table.json").read_text()
+    )
+    statuses = {fault: row["status"] for fault, row in table["faults"].items() if row["status"] != "no site"}
+    assert statuses == dict.fromkeys(["F1", "F2", "F3", "F4", "F14"], "killed"), statuses
+    assert "F3   killed" in output and "LAYER-1" in output.split("F3   killed", 1)[1].splitlines()[0]
 
 
 def test_interrupting_a_campaign_leaves_nothing_behind(tmp_path):

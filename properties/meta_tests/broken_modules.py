@@ -1,6 +1,11 @@
 """Broken copies of the example modules (examples/learner_block.py, examples/nanogpt_attention.py), each
 with one plumbing bug that users of attention modules really make; test_broken_modules.py runs the
 module properties against each and checks that the property aimed at it fails and says what broke.
+The white-box bugs (a missing scale, heads split by a strided view) keep the module causal and
+batch-independent: every black-box property passes them, and the layer oracle fails them.
+UNDECLARED_NO_ROPE is the correct nanoGPT module whose layer does not say that it has no RoPE
+(``Layer(rope=False)``), as a wrapper written to the RoPE layer protocol reports it: the kit's
+diagnosis names "no RoPE" (NO_ROPE_FINDING).
 
     pytest properties --impl attnspec.properties.meta_tests.broken_modules:MASK_OFF_BY_ONE
 """
@@ -8,13 +13,15 @@ module properties against each and checks that the property aimed at it fails an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from attnspec.properties.targets import Layer, LayerSpec, as_target
 from examples.learner_block import Decoder
-from examples.nanogpt_attention import CausalSelfAttention, GPTConfig
+from examples.nanogpt_attention import ATTENTION, CausalSelfAttention, GPTConfig, layer
 
 
 def heads(module: CausalSelfAttention, x: torch.Tensor):
@@ -80,6 +87,30 @@ class SequenceStatisticLeaks(CausalSelfAttention):
         return super().forward(x - x.mean(dim=1, keepdim=True))
 
 
+class MissingScale(CausalSelfAttention):
+    """The scores never divided by sqrt(head size): sharper weights, the same dependencies."""
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = heads(self, x)
+        att = (q @ k.transpose(-2, -1)).masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        return self.c_proj((F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class HeadsSplitByAStridedView(CausalSelfAttention):
+    """Heads split with view(B, T, hs, nh): head h takes features h, h + nh, ... of q, k and v alike, and
+    the merge undoes it, so the module is another valid attention, not this module's."""
+
+    def forward(self, x):
+        B, T, C = x.size()
+        hs = C // self.n_head
+        q, k, v = (t.view(B, T, hs, self.n_head).permute(0, 3, 1, 2) for t in self.c_attn(x).split(C, 2))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v  # (B, nh, T, hs)
+        return self.c_proj(y.permute(0, 2, 3, 1).reshape(B, T, C))
+
+
 class PositionsFromTheEnd(Decoder):
     """Learned positions indexed from the end of the table (rows max_len-T .. max_len-1): a prefix gets
     other positions than the same tokens of the whole sequence."""
@@ -106,11 +137,13 @@ class WindowNotPassedOn(Decoder):
 @dataclass(frozen=True)
 class Bug:
     """A broken module: how to build it, the property aimed at it (a pytest -k expression over
-    test_modules.py) and the words its failure must contain."""
+    test_modules.py, or over test_attention_layer.py for a ``white_box`` bug, which every property
+    of test_modules.py passes) and the words its failure must contain."""
 
     build: object
     caught_by: str
     says: str
+    white_box: bool = False
 
 
 def _nanogpt(cls):
@@ -127,11 +160,28 @@ BUGS = {
     "SEQUENCE_STATISTIC_LEAKS": Bug(_nanogpt(SequenceStatisticLeaks), "test_later_tokens", "changed"),
     "POSITIONS_FROM_THE_END": Bug(PositionsFromTheEnd, "test_a_prefix_alone", "tokens alone"),
     "WINDOW_NOT_PASSED_ON": Bug(WindowNotPassedOn, "test_each_output_depends", "should change and no other"),
+    "MISSING_SCALE": Bug(_nanogpt(MissingScale), "test_layer_matches", "layer vs oracle layer", True),
+    "HEADS_SPLIT_BY_A_STRIDED_VIEW": Bug(
+        _nanogpt(HeadsSplitByAStridedView), "test_layer_matches", "layer vs oracle layer", True
+    ),
 }
 
 torch.manual_seed(0)
 for _name, _bug in BUGS.items():
     _module = _bug.build()
     _module.capabilities = {"float64"}
+    if _bug.white_box:  # its white box, as the example declares it, built from the broken class
+        _module.capabilities |= {"layer"}
+        _module.layer = partial(layer, build=type(_module))
+        _module.tied_width = True
     _module.__doc__ = type(_module).__doc__
     globals()[_name] = _module
+
+
+def rope_not_declared_off(spec: LayerSpec) -> Layer:
+    """nanoGPT's attention as a layer that reports the protocol's default, rope=True."""
+    return replace(layer(spec), rope=True)
+
+
+UNDECLARED_NO_ROPE = replace(as_target("UNDECLARED_NO_ROPE", ATTENTION), layer=rope_not_declared_off)
+NO_ROPE_FINDING = "no RoPE: the layer rotates neither q nor k"

@@ -49,22 +49,22 @@ import torch
 
 from attnspec.properties.adapters import torch_sdpa
 from attnspec.properties.meta_tests import broken_kernels, broken_targets
-from attnspec.properties.meta_tests.test_zoo import ZOO
+from attnspec.properties.meta_tests.test_zoo import KERNELS as ZOO_KERNELS
 from attnspec.properties.targets import Target, load
 from attnspec.specs.oracle import attention_oracle_by_rows
 
 # --- the corpus -------------------------------------------------------------------------------------
 
 # Correct targets: each passes the kit (test_broken_kernels.py, test_conformance.py,
-# test_capability_subsets.py, test_zoo.py).  A target added to the zoo's list (test_zoo.ZOO) joins the
-# corpus; `--table --only NAME` adds its row.
+# test_capability_subsets.py, test_zoo.py).  A kernel added to the zoo's list (test_zoo.KERNELS) joins the
+# corpus; `--table --only NAME` adds its row.  The recipes grade attention functions: no module target.
 # Neighbours that declare their convention (declared_targets.py) are correct under it, for the kit and,
 # through the same translation (targets.load), for the recipes.
 DECLARED = (
     "attnspec.properties.meta_tests.declared_targets:INCLUSIVE_WINDOW",
     "attnspec.properties.meta_tests.declared_targets:TOP_LEFT",
 )
-CORRECT = ("flash-ref", "torch", "examples.toy_attention:attention", *ZOO, *DECLARED)
+CORRECT = ("flash-ref", "torch", "examples.toy_attention:attention", *ZOO_KERNELS, *DECLARED)
 BROKEN_KERNELS = {
     f"attnspec.properties.meta_tests.broken_kernels:{name}": name for name in broken_kernels.BUGS
 }
@@ -73,7 +73,7 @@ BROKEN_KERNELS = {
 BROKEN_TARGETS = {
     f"attnspec.properties.meta_tests.broken_targets:{name}": name
     for name, obj in vars(broken_targets).items()
-    if isinstance(obj, Target) and obj.attention is not torch_sdpa.attention
+    if isinstance(obj, Target) and obj.attention not in (torch_sdpa.attention, None)
 }
 
 

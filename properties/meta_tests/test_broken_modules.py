@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnspec.properties.meta_tests.broken_modules import BUGS
+from attnspec.properties.diagnosis import target_diagnosis
+from attnspec.properties.meta_tests.broken_modules import BUGS, NO_ROPE_FINDING, UNDECLARED_NO_ROPE
 from attnspec.properties.meta_tests.kit_runs import (
     PROPERTIES,
     assert_fails_saying,
@@ -15,6 +16,7 @@ from attnspec.properties.meta_tests.kit_runs import (
 )
 
 MODULES = str(PROPERTIES / "test_modules.py")
+LAYERS = str(PROPERTIES / "test_attention_layer.py")
 EXAMPLES = (
     "examples.learner_block:MODEL",
     "examples.learner_block:STACK",
@@ -27,11 +29,33 @@ EXAMPLES = (
 def test_each_example_module_passes_the_whole_kit(target):
     done = run_properties(target, as_user=True)
     assert_passes(done)
+    # a module without its white box is told what that leaves unseen, in its capability table
+    assert ("--   white box" in done.stdout) == target.endswith(":PLAIN"), done.stdout[-3000:]
 
 
 @pytest.mark.parametrize("name", BUGS)
 def test_each_broken_module_fails_and_says_what_broke(name):
     bug = BUGS[name]
     target = f"attnspec.properties.meta_tests.broken_modules:{name}"
-    done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=[MODULES], as_user=True)
+    selection = [LAYERS if bug.white_box else MODULES]
+    done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=selection, as_user=True)
     assert_fails_saying(done, bug.says, name)
+
+
+@pytest.mark.parametrize("name", [name for name, bug in BUGS.items() if bug.white_box])
+def test_a_white_box_bug_passes_every_black_box_property(name):
+    """What the layer oracle is for: the module stays causal, batch-independent and deterministic."""
+    target = f"attnspec.properties.meta_tests.broken_modules:{name}"
+    assert_passes(run_properties(target, profile="mutation", selection=[MODULES], as_user=True))
+
+
+def test_a_layer_without_rope_that_does_not_say_so_is_diagnosed_as_no_rope():
+    """nanoGPT wrapped to the RoPE layer protocol (rope=True by default) fails LAYER-1 alone, and the
+    failure says that no RoPE explains it and what to report instead."""
+    diagnosis = target_diagnosis(UNDECLARED_NO_ROPE)
+    assert diagnosis is not None and diagnosis.startswith(NO_ROPE_FINDING), diagnosis
+    done = run_properties(
+        "attnspec.properties.meta_tests.broken_modules:UNDECLARED_NO_ROPE", profile="mutation"
+    )
+    assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout[-3000:]
+    assert "test_layer_matches_the_oracle_layer" in done.stdout and "Layer(rope=False)" in done.stdout
