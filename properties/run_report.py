@@ -31,6 +31,8 @@ MODULE_CAPABILITIES = (
     "module",
     "chunks",
     "no_positions",
+    "padding",
+    "hidden_states",
     "float64",
     "float16",
     "layer",
@@ -174,12 +176,12 @@ class RunReport:
         for name in names:
             mark = "yes" if name in target.capabilities else "no "
             skipped = f"  (skipped {self.skipped_for[name]})" if name in self.skipped_for else ""
-            lines.append(f"  {mark}  {name:<12} {CAPABILITIES[name]}{skipped}")
+            lines.append(f"  {mark}  {name:<13} {CAPABILITIES[name]}{skipped}")
         if module and not target.supports("layer"):
-            lines.append(f"  --   {'white box':<12} {WHITE_BOX}")
+            lines.append(f"  --   {'white box':<13} {WHITE_BOX}")
         if self.no_second_device:
             lines.append(
-                f"  --   {'device':<12} cannot run on the meta device, and no CUDA GPU is here "
+                f"  --   {'device':<13} cannot run on the meta device, and no CUDA GPU is here "
                 f"(skipped {self.no_second_device})"
             )
         return lines

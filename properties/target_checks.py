@@ -145,13 +145,21 @@ def meta_problem(target: Target) -> str | None:
 
 def module_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
     """What keeps a module target from being checked: its call on x (1, T, D) must return a tensor of
-    x's shape, dtype and device, without NaN (T = 5, or its maximum length if shorter)."""
+    x's shape, dtype and device, without NaN (T = 5, or its maximum length if shorter); a model's call
+    on tokens (1, T) logits (1, T, V) in the default dtype."""
     seq = min(5, target.max_len or 5)
-    x = torch.randn(1, seq, target.d_model, generator=torch.Generator().manual_seed(0)).to(device)
-    call = f"--impl {target.name}: module(x) with x of shape (1, {seq}, D={target.d_model})"
+    gen = torch.Generator().manual_seed(0)
+    if target.vocab_size is not None:
+        x = torch.randint(0, target.vocab_size, (1, seq), generator=gen).to(device)
+        call = f"--impl {target.name}: model(tokens), tokens of shape (1, {seq}) in [0, {target.vocab_size})"
+        shape, layout, like = (1, seq, target.vocab_size), "(B, T, V)", torch.empty(0, device=device)
+    else:
+        x = torch.randn(1, seq, target.d_model, generator=gen).to(device)
+        call = f"--impl {target.name}: module(x) with x of shape (1, {seq}, D={target.d_model})"
+        shape, layout, like = tuple(x.shape), "(B, T, D)", x
     try:
         with torch.no_grad():
-            out = target.module_in(x.dtype, x.device)(x)
+            out = target.module_in(like.dtype, x.device)(x)
     except Exception as error:  # any failure of the first call is the one line to show
         return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
-    return _result_problems(call, out, "(B, T, D)", tuple(x.shape), x)
+    return _result_problems(call, out, layout, shape, like)

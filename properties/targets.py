@@ -59,9 +59,11 @@ CAPABILITIES = {
     "layer": "a whole attention layer, checked against the oracle layer built from its parameters (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
-    "module": "a module or block: x (B, T, D) -> (B, T, D), checked as a black box (test_modules.py)",
+    "module": "a module or block x (B, T, D) -> (B, T, D), or a model tokens (B, T) -> logits (B, T, V)",
     "chunks": "the module decodes in chunks: decode(x, chunks), x run chunk by chunk from position 0",
     "no_positions": "the module adds no positions: output i ignores the order of tokens 0..i-1",
+    "padding": "the module takes a padding mask: module(x, attention_mask=m), m (B, T): 1 real token, 0 pad",
+    "hidden_states": "the module returns each layer's output: hidden_states(x) -> one (B, T, D) per layer",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
@@ -71,7 +73,12 @@ ADAPTERS = {
     "torch": "attnspec.properties.adapters.torch_sdpa:TARGET",
     "hf-llama": "attnspec.properties.adapters.hf_eager:LLAMA",
     "hf-mistral": "attnspec.properties.adapters.hf_eager:MISTRAL",
+    "hf-qwen2": "attnspec.properties.adapters.hf_eager:QWEN2",
     "hf-gptoss": "attnspec.properties.adapters.hf_eager:GPTOSS",
+    "hf-llama-model": "attnspec.properties.adapters.hf_models:LLAMA",
+    "hf-mistral-model": "attnspec.properties.adapters.hf_models:MISTRAL",
+    "hf-qwen2-model": "attnspec.properties.adapters.hf_models:QWEN2",
+    "hf-gptoss-model": "attnspec.properties.adapters.hf_models:GPTOSS",
     "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
     "flash-ref": "attnspec.properties.adapters.flash_ref:TARGET",
 }
@@ -171,15 +178,23 @@ class Target:
     # The layer can only be built with d_model = n_heads * head_dim, as nanoGPT, GPT-2 and torch's
     # nn.MultiheadAttention are: every LayerSpec the kit asks for then has that width (layer_width).
     tied_width: bool = False
-    # A module target ("module"): x (B, T, D) -> (B, T, D) and what its properties need to know: the
-    # width D, the sliding window of each layer (None: full causal attention; () undeclared), the
-    # longest sequence it takes, and with "chunks" decode(x, chunks).  ``module`` is the object named
-    # (an nn.Module is run in eval mode, and copied to float64 for float64 cases).
+    # A module target ("module"): x (B, T, D) -> (B, T, D), or for a model tokens (B, T) in [0, vocab_size)
+    # -> logits (B, T, V), and what its properties need to know: the width D (or the vocabulary V), the
+    # sliding window of each layer (None: full causal attention; () undeclared), the longest sequence
+    # it takes, with "chunks" decode(x, chunks) and with "hidden_states" hidden_states(x).  ``module`` is
+    # the object named (an nn.Module is run in eval mode, and copied to float64 for float64 cases; its
+    # own decode and hidden_states methods are called on that copy).
     module: Callable | None = None
     d_model: int | None = None
     windows: tuple[int | None, ...] = ()
     max_len: int | None = None
     decode: Callable | None = None
+    vocab_size: int | None = None
+    hidden_states: Callable | None = None
+    # Its kernels round a row differently when other rows change (an MoE that groups tokens by expert, a
+    # split-K GEMM): the module properties that ask "did this output change?" (MOD-1, MOD-5) then call a
+    # change one beyond the dtype's tolerance, not any change of its bits.
+    rows_round_together: bool = False
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -193,10 +208,11 @@ class Target:
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
-        if "module" in self.capabilities and not (callable(self.module) and isinstance(self.d_model, int)):
-            what = "a callable module and d_model"
+        width = self.vocab_size if self.vocab_size is not None else self.d_model
+        if "module" in self.capabilities and not (callable(self.module) and isinstance(width, int)):
+            what = "a callable module and d_model (or vocab_size for a model)"
             raise TypeError(f"{self.name} claims the 'module' capability without {what}")
-        for method in ("layer", "rope", "decode"):
+        for method in ("layer", "rope", "decode", "hidden_states"):
             needed = "chunks" if method == "decode" else method
             if needed in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
@@ -215,6 +231,12 @@ class Target:
         if key not in _MODULE_COPIES:
             _MODULE_COPIES[key] = copy.deepcopy(self.module).to(device=device, dtype=dtype).eval()
         return _MODULE_COPIES[key]
+
+    def module_method(self, name: str, dtype: torch.dtype, device: torch.device | str) -> Callable:
+        """The module's ``decode`` or ``hidden_states``: the method of its copy in ``dtype`` on ``device``
+        (module_in) for an nn.Module, else the declared callable."""
+        module = self.module_in(dtype, device)
+        return getattr(module, name) if isinstance(module, torch.nn.Module) else getattr(self, name)
 
     def head_size(self, n: int) -> int:
         """A head size the target takes for a drawn size ``n``: ``n`` itself when it takes any or that
@@ -270,13 +292,16 @@ def as_target(name: str, obj: object) -> Target:
 
 
 def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
-    """The Target of a module: its declarations, and D read from the module when it declares none."""
+    """The Target of a module: its declarations, and D read from the module when it declares none (a
+    model, which takes tokens, declares its vocabulary instead: OBJ.vocab_size = V)."""
+    vocab_size = getattr(obj, "vocab_size", None)
     d_model = getattr(obj, "d_model", None)
-    if d_model is None and isinstance(obj, torch.nn.Module):
+    if d_model is None and vocab_size is None and isinstance(obj, torch.nn.Module):
         d_model = _input_width(obj)
-    if not isinstance(d_model, int):
+    if not isinstance(d_model, int) and not isinstance(vocab_size, int):
         raise TypeError(
-            f"{name}: the width D of its input (B, T, D) is unknown: declare it (OBJ.d_model = D)"
+            f"{name}: the width D of its input (B, T, D) is unknown: declare it (OBJ.d_model = D), or for a "
+            "model that takes tokens its vocabulary (OBJ.vocab_size = V)"
         )
     return Target(
         name,
@@ -290,6 +315,9 @@ def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
         windows=tuple(getattr(obj, "windows", ())),
         max_len=getattr(obj, "max_len", None),
         decode=getattr(obj, "decode", None) if "chunks" in capabilities else None,
+        vocab_size=vocab_size,
+        hidden_states=getattr(obj, "hidden_states", None) if "hidden_states" in capabilities else None,
+        rows_round_together=bool(getattr(obj, "rows_round_together", False)),
     )
 
 
@@ -326,7 +354,12 @@ def load(name: str) -> Target:
 ADAPTER_NEEDS = {
     "hf-llama": "transformers: pip install 'attnspec[conformance]'",
     "hf-mistral": "transformers: pip install 'attnspec[conformance]'",
+    "hf-qwen2": "transformers: pip install 'attnspec[conformance]'",
     "hf-gptoss": "transformers: pip install 'attnspec[conformance]'",
+    **{
+        f"hf-{family}-model": "transformers: pip install 'attnspec[conformance]'"
+        for family in ("llama", "mistral", "qwen2", "gptoss")
+    },
     "gpt-oss": "gpt-oss: pip install --no-deps gpt-oss==0.0.9 (its torch model needs torch and safetensors)",
 }
 

@@ -1,12 +1,16 @@
-"""Modules and blocks as black boxes: x (B, T, D) -> (B, T, D), whatever is inside.
+"""Modules, blocks and models as black boxes: x (B, T, D) -> (B, T, D), or tokens (B, T) -> logits
+(B, T, V) for a model (one that declares its ``vocab_size``), whatever is inside.
 
 A module target (an nn.Module, or a callable that declares "module") is checked for what every causal
 module owes its users, with no knowledge of its internals: causality (MOD-1), prefix invariance
 (MOD-2), batch independence with its shape, dtype and device (MOD-3), determinism in eval mode
-(MOD-4); with its declarations, the exact receptive field of its windowed layers (MOD-5), an error
-past its maximum length (MOD-6), chunked decoding (MOD-7), and blindness to the order of the past
-when it adds no positions (MOD-8).  A black box cannot see a wrong scale or a wrong head split that
-keeps causality: the layer properties (test_attention_layer.py) read a layer's parameters for that.
+(MOD-4); with its declarations, the exact receptive field of its windowed layers, layer by layer when
+it returns each layer's output (MOD-5), an error past its maximum length (MOD-6), chunked decoding
+(MOD-7), blindness to the order of the past when it adds no positions (MOD-8), and, with a padding
+mask, padded batches whose real tokens get what each sequence gets alone, in a full pass (MOD-9) and
+decoded in chunks from a left-padded prompt (MOD-10).  A black box cannot see a wrong scale or a
+wrong head split that keeps causality: the layer properties (test_attention_layer.py) read a layer's
+parameters for that.  A model's inputs are token ids: "other values" are other ids.
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ pytestmark = pytest.mark.needs("module")
 LONGEST = 12  # tokens drawn, or the declared maximum length if shorter
 
 
+MODEL = TARGET.vocab_size is not None  # its inputs are token ids
+
+
 @dataclass(frozen=True)
 class ModuleCase:
-    """An input (batch, seq, D) of the module, built from ``seed`` in ``dtype``."""
+    """An input (batch, seq, D) of the module, or tokens (batch, seq) of a model, built from ``seed``;
+    the module runs in ``dtype``."""
 
     batch: int
     seq: int
@@ -37,7 +45,29 @@ class ModuleCase:
     dtype: torch.dtype
 
     def make(self, device) -> torch.Tensor:
-        return seeded_randn(self.seed, self.batch, self.seq, TARGET.d_model, device=device, dtype=self.dtype)
+        return inputs(self.seed, self.batch, self.seq, device=device, dtype=self.dtype)
+
+
+def inputs(seed: int, *shape: int, device, dtype: torch.dtype) -> torch.Tensor:
+    """Inputs of the given leading shape ((B, T) or (B,)): features of width D in ``dtype``, or a model's
+    token ids, drawn from ``seed``."""
+    if not MODEL:
+        return seeded_randn(seed, *shape, TARGET.d_model, device=device, dtype=dtype)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TARGET.vocab_size, shape, generator=generator).to(device)
+
+
+def other_values(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Inputs of x's shape that differ from x everywhere: other token ids, or other features (not a
+    shift or a scale of them, which a norm would remove)."""
+    if not MODEL:
+        return seeded_randn(seed, *x.shape[:-1], x.shape[-1], device=x.device, dtype=x.dtype) * 3 + 1
+    step = torch.randint(1, TARGET.vocab_size, x.shape, generator=torch.Generator().manual_seed(seed))
+    return (x + step.to(x.device)) % TARGET.vocab_size
+
+
+def output_shape(x: torch.Tensor) -> tuple[int, ...]:
+    return (*x.shape[:2], TARGET.vocab_size) if MODEL else tuple(x.shape)
 
 
 @st.composite
@@ -47,17 +77,29 @@ def module_cases(draw: st.DrawFn, min_seq: int = 1, max_seq: int = LONGEST) -> M
     return ModuleCase(draw(st.integers(1, 3)), seq, draw(seeds), draw(st.sampled_from(full_precision())))
 
 
-def run(x: torch.Tensor) -> torch.Tensor:
+def run(x: torch.Tensor, dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
+    """The module's output for x, the module copied to x's dtype (``dtype`` for a model's tokens)."""
     with torch.no_grad():
-        return TARGET.module_in(x.dtype, x.device)(x)
+        return TARGET.module_in(dtype or x.dtype, x.device)(x, **kwargs)
+
+
+def close_entries(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Where the two agree within torch.testing.assert_close's defaults of their dtype."""
+    rtol, atol = {torch.float64: (1e-7, 1e-7)}.get(actual.dtype, (1.3e-6, 1e-5))
+    return torch.isclose(actual, expected, rtol=rtol, atol=atol)
+
+
+def unchanged(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Where an output did not change: bitwise, or within the dtype's tolerance for a module whose
+    kernels round a row differently when other rows change (rows_round_together)."""
+    return close_entries(actual, expected) if TARGET.rows_round_together else actual == expected
 
 
 def assert_same_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     """torch.testing.assert_close with the dtype's defaults; a failure names the (batch, position) rows
     that differ and by how much."""
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    rtol, atol = {torch.float64: (1e-7, 1e-7)}.get(actual.dtype, (1.3e-6, 1e-5))
-    close = torch.isclose(actual, expected, rtol=rtol, atol=atol)
+    close = close_entries(actual, expected)
     if bool(close.all()):
         return
     rows = (~close).flatten(2).any(-1) if actual.dim() > 2 else ~close  # (B, T)
@@ -67,11 +109,11 @@ def assert_same_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) ->
     )
 
 
-def reach() -> int | None:
-    """How far back an output sees through the declared windows (None: the whole prefix)."""
-    if any(w is None for w in TARGET.windows):
+def reach(windows: tuple[int | None, ...]) -> int | None:
+    """How far back an output sees through layers with these windows (None: the whole prefix)."""
+    if any(w is None for w in windows):
         return None
-    return sum(w - 1 for w in TARGET.windows)
+    return sum(w - 1 for w in windows)
 
 
 # --- MOD-1: causality -------------------------------------------------------------------------------
@@ -83,13 +125,13 @@ def test_later_tokens_change_no_earlier_output(case, data, device):
     x = case.make(device)
     t = data.draw(st.integers(0, case.seq - 2), label="last kept")
     changed = x.clone()
-    later = seeded_randn(
-        case.seed + 1, case.batch, case.seq - t - 1, TARGET.d_model, device=device, dtype=case.dtype
-    )
-    changed[:, t + 1 :] = later * 3 + 1  # other values, not a shift or a scale that a norm would remove
-    out, out_changed = run(x), run(changed)
+    changed[:, t + 1 :] = other_values(x[:, t + 1 :], case.seed + 1)
+    out, out_changed = run(x, case.dtype), run(changed, case.dtype)
     what = f"outputs 0..{t} after tokens {t + 1}..{case.seq - 1} changed ({case})"
-    assert_exactly_equal(out_changed[:, : t + 1], out[:, : t + 1], what)
+    if TARGET.rows_round_together:
+        assert_same_rows(out_changed[:, : t + 1], out[:, : t + 1], what)
+    else:
+        assert_exactly_equal(out_changed[:, : t + 1], out[:, : t + 1], what)
 
 
 # --- MOD-2: prefix invariance -----------------------------------------------------------------------
@@ -101,7 +143,9 @@ def test_a_prefix_alone_gives_the_first_rows(case, data, device):
     x = case.make(device)
     t = data.draw(st.integers(1, case.seq - 1), label="prefix")
     assert_same_rows(
-        run(x[:, :t].contiguous()), run(x)[:, :t], f"the first {t} of {case.seq} tokens alone ({case})"
+        run(x[:, :t].contiguous(), case.dtype),
+        run(x, case.dtype)[:, :t],
+        f"the first {t} of {case.seq} tokens alone ({case})",
     )
 
 
@@ -112,13 +156,16 @@ def test_a_prefix_alone_gives_the_first_rows(case, data, device):
 @given(case=module_cases())
 def test_each_sequence_alone_gives_its_rows_of_the_batch(case, device):
     x = case.make(device)
-    out = run(x)
+    out = run(x, case.dtype)
     assert isinstance(out, torch.Tensor), f"the module returned a {type(out).__name__}, not a tensor"
-    assert tuple(out.shape) == tuple(x.shape), f"output shape {tuple(out.shape)} for input {tuple(x.shape)}"
-    assert out.dtype == x.dtype, f"output dtype {out.dtype} for {x.dtype} input"
+    shape = output_shape(x)
+    assert tuple(out.shape) == shape, (
+        f"output shape {tuple(out.shape)} for input {tuple(x.shape)}, not {shape}"
+    )
+    assert out.dtype == case.dtype, f"output dtype {out.dtype} for a module in {case.dtype}"
     assert out.device == x.device, f"output on {out.device} for an input on {x.device}"
     for b in range(case.batch):
-        alone = run(x[b : b + 1].contiguous())
+        alone = run(x[b : b + 1].contiguous(), case.dtype)
         assert_same_rows(alone, out[b : b + 1], f"sequence {b} alone vs its rows of the batch ({case})")
 
 
@@ -130,7 +177,9 @@ def test_each_sequence_alone_gives_its_rows_of_the_batch(case, device):
 def test_two_calls_in_eval_mode_agree_bitwise(case, device):
     x = case.make(device)
     assert_exactly_equal(
-        run(x), run(x), f"a second call on the same input in eval mode ({case}: dropout left on?)"
+        run(x, case.dtype),
+        run(x, case.dtype),
+        f"a second call on the same input in eval mode ({case}: dropout left on?)",
     )
 
 
@@ -140,26 +189,43 @@ def test_two_calls_in_eval_mode_agree_bitwise(case, device):
 @pytest.mark.req("MOD-5")
 @given(case=module_cases(min_seq=2, max_seq=LONGEST + 4), data=st.data())
 def test_each_output_depends_on_exactly_its_declared_inputs(case, data, device):
+    """Through the last layer, or through every layer when the module returns each one's output
+    ("hidden_states"): layer l's output i sees inputs i - sum_(m <= l) (W_m - 1) .. i, so a window on
+    the wrong layers shows even where the stack's field, the whole prefix, does not."""
     if not TARGET.windows:
         pytest.skip(f"--impl {TARGET.name} declares no windows per layer (OBJ.windows = (W_0, W_1, ...))")
     x = case.make(device)
-    out = run(x)
     j = data.draw(st.integers(0, case.seq - 1), label="changed input")
     changed = x.clone()
-    changed[:, j] = (
-        seeded_randn(case.seed + 2, case.batch, TARGET.d_model, device=device, dtype=case.dtype) + 2
+    changed[:, j] = other_values(x[:, j], case.seed + 2)
+    layers = list(range(len(TARGET.windows))) if TARGET.supports("hidden_states") else [None]
+    before, after = layer_outputs(x, case.dtype), layer_outputs(changed, case.dtype)
+    for layer in layers:
+        out, out_changed = (before[-1], after[-1]) if layer is None else (before[layer], after[layer])
+        windows = TARGET.windows if layer is None else TARGET.windows[: layer + 1]
+        moved = (~unchanged(out_changed, out)).flatten(2).any(-1).any(0)  # (T,): which outputs changed
+        back = reach(windows)
+        expected = [j <= i and (back is None or i - back <= j) for i in range(case.seq)]
+        if any(bool(moved[i]) != expected[i] for i in range(case.seq)):
+            whose = "outputs" if layer is None else f"layer {layer}'s outputs"
+            field = "the whole prefix" if back is None else f"inputs i-{back}..i"
+            raise AssertionError(
+                f"changing input {j} changed {whose} {torch.nonzero(moved).flatten().tolist()}; with windows "
+                f"{windows} output i sees {field}, so {whose} {[i for i, e in enumerate(expected) if e]} "
+                f"should change and no other ({case})"
+            )
+
+
+def layer_outputs(x: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Each layer's output (hidden_states), one per declared window, or the module's output alone."""
+    if not TARGET.supports("hidden_states"):
+        return [run(x, dtype)]
+    with torch.no_grad():
+        outputs = list(TARGET.module_method("hidden_states", dtype, x.device)(x))
+    assert len(outputs) == len(TARGET.windows), (
+        f"hidden_states returned {len(outputs)} layer outputs for the {len(TARGET.windows)} declared windows"
     )
-    moved = (run(changed) != out).flatten(2).any(-1).any(0)  # (T,): which outputs changed
-    back = reach()
-    expected = [j <= i and (back is None or i - back <= j) for i in range(case.seq)]
-    wrong = [i for i in range(case.seq) if bool(moved[i]) != expected[i]]
-    if wrong:
-        field = "the whole prefix" if back is None else f"inputs i-{back}..i"
-        raise AssertionError(
-            f"changing input {j} changed outputs {torch.nonzero(moved).flatten().tolist()}; with windows "
-            f"{TARGET.windows} output i sees {field}, so outputs {[i for i, e in enumerate(expected) if e]} "
-            f"should change and no other ({case})"
-        )
+    return outputs
 
 
 # --- MOD-6: the maximum length ----------------------------------------------------------------------
@@ -170,11 +236,11 @@ def test_an_input_past_the_maximum_length_is_an_error(device):
     if TARGET.max_len is None:
         pytest.skip(f"--impl {TARGET.name} declares no maximum length (OBJ.max_len = T_max)")
     dtype = full_precision()[-1]
-    fits = seeded_randn(0, 1, TARGET.max_len, TARGET.d_model, device=device, dtype=dtype)
-    assert tuple(run(fits).shape) == tuple(fits.shape), "an input of exactly max_len tokens"
-    longer = seeded_randn(1, 1, TARGET.max_len + 1, TARGET.d_model, device=device, dtype=dtype)
+    fits = inputs(0, 1, TARGET.max_len, device=device, dtype=dtype)
+    assert tuple(run(fits, dtype).shape) == output_shape(fits), "an input of exactly max_len tokens"
+    longer = inputs(1, 1, TARGET.max_len + 1, device=device, dtype=dtype)
     try:
-        out = run(longer)
+        out = run(longer, dtype)
     except Exception:  # any error that stops it is what the requirement asks for
         return
     raise AssertionError(
@@ -195,17 +261,22 @@ def chunkings(draw: st.DrawFn, seq: int) -> list[int]:
     return sizes
 
 
+def windowed_longest() -> int:
+    """Sequences long enough to wrap every windowed layer's cache at least once (twice its window and
+    more), within the declared maximum length."""
+    widest = max((w for w in TARGET.windows if w is not None), default=0)
+    return max(LONGEST, 2 * widest + 2)
+
+
 @pytest.mark.req("MOD-7")
 @pytest.mark.needs("chunks")
-@given(case=module_cases(), data=st.data())
+@given(case=module_cases(max_seq=windowed_longest()), data=st.data())
 def test_decoding_in_chunks_equals_the_full_pass(case, data, device):
     x = case.make(device)
     chunks = data.draw(chunkings(case.seq), label="chunks")
-    module = TARGET.module_in(case.dtype, device)
-    decode = module.decode if isinstance(module, torch.nn.Module) else TARGET.decode
     with torch.no_grad():
-        decoded = decode(x, chunks)
-    assert_same_rows(decoded, run(x), f"decoding in chunks {chunks} vs the full pass ({case})")
+        decoded = TARGET.module_method("decode", case.dtype, device)(x, chunks)
+    assert_same_rows(decoded, run(x, case.dtype), f"decoding in chunks {chunks} vs the full pass ({case})")
 
 
 # --- MOD-8: no positions ---------------------------------------------------------------------------
@@ -221,4 +292,76 @@ def test_without_positions_the_order_of_the_past_does_not_matter(case, data, dev
     shuffled = x.clone()
     shuffled[:, :i] = x[:, list(order)]
     what = f"output {i} after tokens 0..{i - 1} were put in the order {list(order)} ({case})"
-    assert_same_rows(run(shuffled)[:, i : i + 1], run(x)[:, i : i + 1], what)
+    assert_same_rows(run(shuffled, case.dtype)[:, i : i + 1], run(x, case.dtype)[:, i : i + 1], what)
+
+
+# --- MOD-9, MOD-10: padding -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PaddedCase:
+    """Sequences of ``lengths`` (the longest is T) padded to T on the ``side`` given, the pads of any
+    values (random token ids, or features): a masked pad must not matter, whatever it holds."""
+
+    lengths: tuple[int, ...]
+    side: str
+    seed: int
+    dtype: torch.dtype
+
+    def make(self, device) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The padded batch, its mask (B, T): 1 for a real token, 0 for a pad, and each sequence alone."""
+        seq = max(self.lengths)
+        padded = inputs(self.seed + 7, len(self.lengths), seq, device=device, dtype=self.dtype)
+        mask = torch.zeros(len(self.lengths), seq, dtype=torch.long, device=device)
+        alone = []
+        for b, length in enumerate(self.lengths):
+            sequence = inputs(self.seed + b, 1, length, device=device, dtype=self.dtype)
+            real = slice(seq - length, seq) if self.side == "left" else slice(0, length)
+            padded[b : b + 1, real] = sequence
+            mask[b, real] = 1
+            alone.append(sequence)
+        return padded, mask, alone
+
+    def real(self, b: int) -> slice:
+        seq = max(self.lengths)
+        return slice(seq - self.lengths[b], seq) if self.side == "left" else slice(0, self.lengths[b])
+
+
+@st.composite
+def padded_cases(draw: st.DrawFn, sides=("left", "right"), max_seq: int = LONGEST) -> PaddedCase:
+    longest = min(max_seq, TARGET.max_len or max_seq)
+    lengths = draw(st.lists(st.integers(1, longest), min_size=2, max_size=3))
+    side = draw(st.sampled_from(sides))
+    return PaddedCase(tuple(lengths), side, draw(seeds), draw(st.sampled_from(full_precision())))
+
+
+@pytest.mark.req("MOD-9")
+@pytest.mark.needs("padding")
+@given(case=padded_cases())
+def test_a_padded_batch_gives_each_sequence_its_own_outputs(case, device):
+    """Positions included: a left-padded sequence's first real token is at position 0, as alone."""
+    padded, mask, alone = case.make(device)
+    out = run(padded, case.dtype, attention_mask=mask)
+    for b, sequence in enumerate(alone):
+        what = f"sequence {b} ({case.lengths[b]} tokens, {case.side}-padded to {padded.shape[1]}) vs alone"
+        what += f" ({case})"
+        assert_same_rows(out[b : b + 1, case.real(b)], run(sequence, case.dtype), what)
+
+
+@pytest.mark.req("MOD-10")
+@pytest.mark.needs("padding", "chunks")
+@given(case=padded_cases(sides=("left",), max_seq=windowed_longest()), data=st.data())
+def test_a_left_padded_batch_decodes_as_each_sequence_alone(case, data, device):
+    """The prompt is the padded batch's first tokens, every pad among them (left padding lives in the
+    prompt, as generate gets it), then chunks of any sizes: each sequence's cache positions start at
+    its own first real token, not at the batch's."""
+    padded, mask, alone = case.make(device)
+    seq, pads = padded.shape[1], padded.shape[1] - min(case.lengths)
+    prompt = data.draw(st.integers(max(1, pads), seq), label="prompt")
+    chunks = [prompt, *data.draw(chunkings(seq - prompt), label="chunks after the prompt")]
+    with torch.no_grad():
+        decoded = TARGET.module_method("decode", case.dtype, device)(padded, chunks, attention_mask=mask)
+    for b, sequence in enumerate(alone):
+        what = f"sequence {b} ({case.lengths[b]} tokens, left-padded) decoded in chunks {chunks} vs alone"
+        what += f" ({case})"
+        assert_same_rows(decoded[b : b + 1, case.real(b)], run(sequence, case.dtype), what)

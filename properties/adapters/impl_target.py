@@ -71,6 +71,14 @@ class Stack(TransformerStack):
             start += size
         return torch.cat(outputs, dim=1)
 
+    def hidden_states(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's output: MOD-5 then places the window on the even layer."""
+        outputs = []
+        for block in self.blocks:
+            x = block(x)
+            outputs.append(x)
+        return outputs
+
 
 STACK = Stack()
 
@@ -80,7 +88,7 @@ STACK = Stack()
 TARGET = Target(
     "impl",
     scaled_dot_product_attention,
-    frozenset(CAPABILITIES) - {"no_positions"},  # its stack has RoPE
+    frozenset(CAPABILITIES) - {"no_positions", "padding"},  # its stack has RoPE, and no padding mask
     "attnspec's impl/",
     layer=layer,
     rope=rope,
@@ -88,5 +96,6 @@ TARGET = Target(
     d_model=16,
     windows=(3, None),
     decode=STACK.decode,
+    hidden_states=STACK.hidden_states,
     switches=(impl_attention.QUERY_TILE + 1,),
 )

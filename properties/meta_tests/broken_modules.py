@@ -1,5 +1,9 @@
-"""Broken copies of the example modules (examples/learner_block.py, examples/nanogpt_attention.py), each
-with one plumbing bug that users of attention modules really make; test_broken_modules.py runs the
+"""Broken copies of the example modules (examples/learner_block.py, examples/nanogpt_attention.py) and of
+the zoo's GPT-2-style language model (examples/zoo/gpt2_style.py), each with one plumbing bug that users
+of attention modules and models really make (the model's are the classes public trackers report: masks
+dropped once a cache is attached or added as booleans, decode positions from 0, padding ignored,
+inverted or sharing one position, a cache trimmed before its chunk is attended, windows on the wrong
+layers); test_broken_modules.py runs the
 module properties against each and checks that the property aimed at it fails and says what broke.
 The white-box bugs (a missing scale, heads split by a strided view) keep the module causal and
 batch-independent: every black-box property passes them, and the layer oracle fails them.
@@ -22,6 +26,7 @@ import torch.nn.functional as F
 from attnspec.properties.targets import Layer, LayerSpec, as_target
 from examples.learner_block import Decoder
 from examples.nanogpt_attention import ATTENTION, CausalSelfAttention, GPTConfig, layer
+from examples.zoo import gpt2_style
 
 
 def heads(module: CausalSelfAttention, x: torch.Tensor):
@@ -134,6 +139,106 @@ class WindowNotPassedOn(Decoder):
         self.windows = (3, 3)  # what the model's config says
 
 
+class MaskDroppedWithACache(gpt2_style.Attention):
+    """The causal mask applied only without a cache (``if cache is None``): a chunk after the prompt
+    sees its own later tokens."""
+
+    def attend(self, query, key, value, allowed):
+        if key.shape[-2] > query.shape[-2]:  # cached keys come first: a cache is attached
+            allowed = torch.ones_like(allowed) & allowed.any(-2, keepdim=True)  # only padding is kept
+        return super().attend(query, key, value, allowed)
+
+
+class BooleanMaskAdded(gpt2_style.Attention):
+    """The boolean mask added to the float scores (True adds 1, False adds 0) instead of masking."""
+
+    def attend(self, query, key, value, allowed):
+        weights = query @ key.transpose(-1, -2) / math.sqrt(value.shape[-1]) + allowed
+        return torch.softmax(weights, dim=-1) @ value
+
+
+class PaddingIgnored(gpt2_style.Attention):
+    """The padding mask accepted and never applied: real tokens attend to the pads."""
+
+    def forward(self, hidden, padding=None, cache=None, layer_idx=0):
+        return super().forward(hidden, None, cache, layer_idx)
+
+
+class PaddingInverted(gpt2_style.Attention):
+    """The padding mask's polarity inverted (0 taken for a real token): only the pads are attended to,
+    or, where a query sees none, every key."""
+
+    def forward(self, hidden, padding=None, cache=None, layer_idx=0):
+        return super().forward(hidden, None if padding is None else 1 - padding, cache, layer_idx)
+
+
+class CacheTrimmedBeforeTheChunk(gpt2_style.Attention):
+    """A windowed layer's keys, cached and new, trimmed to the last W before the chunk is attended, not
+    after: a chunk of several tokens loses keys its first queries still see."""
+
+    def attend(self, query, key, value, allowed):
+        if self.window is not None and key.shape[-2] > query.shape[-2]:
+            cached = key.shape[-2] - query.shape[-2]
+            lost = max(0, cached - (self.window - 1 - query.shape[-2] + 1))
+            allowed = allowed.clone()
+            allowed[..., :lost] = False
+        return super().attend(query, key, value, allowed)
+
+
+class DecodePositionsFromZero(gpt2_style.GPT2LMHeadModel):
+    """Every chunk after the prompt gets position ids from 0 (the past length never added)."""
+
+    def hidden(self, input_ids, attention_mask=None, position_ids=None, cache=None):
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        return super().hidden(input_ids, attention_mask, position_ids, cache)
+
+
+class OneSharedPositionForThePaddedBatch(gpt2_style.LanguageModel):
+    """Decoding a left-padded batch with one position for the whole batch after the prompt (the cache's
+    length), not each sequence's count of real tokens."""
+
+    def decode(self, tokens, chunks, attention_mask=None):
+        cache, outputs, start = gpt2_style.Cache(len(self.model.h)), [], 0
+        for i, size in enumerate(chunks):
+            end = start + size
+            mask = None if attention_mask is None else attention_mask[:, :end]
+            position_ids = None if mask is None or i > 0 else gpt2_style.position_ids_from(mask)[:, start:end]
+            outputs.append(self.model(tokens[:, start:end], mask, position_ids, cache))
+            start = end
+        return torch.cat(outputs, dim=1)
+
+
+class DropoutLeftOn(gpt2_style.Attention):
+    """Attention dropout called as F.dropout(weights, 0.1), on at inference too."""
+
+    def attend(self, query, key, value, allowed):
+        weights = query @ key.transpose(-1, -2) / math.sqrt(value.shape[-1])
+        weights = weights.masked_fill(~allowed, torch.finfo(weights.dtype).min)
+        return F.dropout(torch.softmax(weights, dim=-1), 0.1) @ value
+
+
+def _gpt2(
+    attention=None, model=gpt2_style.GPT2LMHeadModel, wrapper=gpt2_style.LanguageModel, windows=(4, None)
+):
+    """The zoo's language model with one of its classes swapped for a broken one; ``windows`` builds the
+    blocks with other windows than the model declares, (4, None)."""
+
+    def build():
+        built = model(attn_windows=windows)
+        for block in built.h:
+            if attention is not None:
+                block.attn.__class__ = attention
+        lm = wrapper(built)
+        lm.windows = (4, None)
+        return lm
+
+    return build
+
+
+MODEL_CAPABILITIES = frozenset({"float64", "chunks", "padding", "hidden_states"})
+
+
 @dataclass(frozen=True)
 class Bug:
     """A broken module: how to build it, the property aimed at it (a pytest -k expression over
@@ -144,6 +249,7 @@ class Bug:
     caught_by: str
     says: str
     white_box: bool = False
+    capabilities: frozenset[str] = frozenset({"float64"})
 
 
 def _nanogpt(cls):
@@ -164,12 +270,55 @@ BUGS = {
     "HEADS_SPLIT_BY_A_STRIDED_VIEW": Bug(
         _nanogpt(HeadsSplitByAStridedView), "test_layer_matches", "layer vs oracle layer", True
     ),
+    "MODEL_MASK_DROPPED_WITH_A_CACHE": Bug(
+        _gpt2(MaskDroppedWithACache),
+        "test_decoding_in_chunks",
+        "decoding in chunks",
+        False,
+        MODEL_CAPABILITIES,
+    ),
+    "MODEL_BOOLEAN_MASK_ADDED": Bug(
+        _gpt2(BooleanMaskAdded), "test_later_tokens", "outputs 0..", False, MODEL_CAPABILITIES
+    ),
+    "MODEL_PADDING_IGNORED": Bug(
+        _gpt2(PaddingIgnored), "test_a_padded_batch", "padded to", False, MODEL_CAPABILITIES
+    ),
+    "MODEL_PADDING_INVERTED": Bug(
+        _gpt2(PaddingInverted), "test_a_padded_batch", "padded to", False, MODEL_CAPABILITIES
+    ),
+    "MODEL_CACHE_TRIMMED_BEFORE_THE_CHUNK": Bug(
+        _gpt2(CacheTrimmedBeforeTheChunk),
+        "test_decoding_in_chunks",
+        "decoding in chunks",
+        False,
+        MODEL_CAPABILITIES,
+    ),
+    "MODEL_DECODE_POSITIONS_FROM_ZERO": Bug(
+        _gpt2(model=DecodePositionsFromZero),
+        "test_decoding_in_chunks",
+        "decoding in chunks",
+        False,
+        MODEL_CAPABILITIES,
+    ),
+    "MODEL_ONE_SHARED_POSITION_FOR_THE_PADDED_BATCH": Bug(
+        _gpt2(wrapper=OneSharedPositionForThePaddedBatch),
+        "test_a_left_padded",
+        "left-padded) decoded",
+        False,
+        MODEL_CAPABILITIES,
+    ),
+    "MODEL_WINDOW_ON_THE_WRONG_LAYER": Bug(
+        _gpt2(windows=(None, 4)), "test_each_output_depends", "layer 0's outputs", False, MODEL_CAPABILITIES
+    ),
+    "MODEL_DROPOUT_LEFT_ON": Bug(
+        _gpt2(DropoutLeftOn), "test_two_calls", "dropout left on", False, MODEL_CAPABILITIES
+    ),
 }
 
 torch.manual_seed(0)
 for _name, _bug in BUGS.items():
     _module = _bug.build()
-    _module.capabilities = {"float64"}
+    _module.capabilities = set(_bug.capabilities)
     if _bug.white_box:  # its white box, as the example declares it, built from the broken class
         _module.capabilities |= {"layer"}
         _module.layer = partial(layer, build=type(_module))

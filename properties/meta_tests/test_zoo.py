@@ -27,7 +27,7 @@ def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target):
     done = run_properties(target, as_user=True)
     assert_passes(done)
     if target in CANNOT_RUN_ON_META and not torch.cuda.is_available():  # skipped with its reason, counted
-        assert "--   device       cannot run on the meta device" in done.stdout, done.stdout[-3000:]
+        assert "--   device        cannot run on the meta device" in done.stdout, done.stdout[-3000:]
 
 
 def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved_pairs():
