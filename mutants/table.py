@@ -16,7 +16,16 @@ from pathlib import Path
 from .catalogue import FAULTS
 from .conformance import REPO_ROOT, catalogue_fingerprint
 
-TARGETS = ("hf-llama", "hf-mistral", "hf-gptoss", "gpt-oss")
+TARGETS = (
+    "hf-llama",
+    "hf-mistral",
+    "hf-gptoss",
+    "gpt-oss",
+    "hf-llama-model",
+    "hf-mistral-model",
+    "hf-qwen2-model",
+    "hf-gptoss-model",
+)
 TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"
 README = REPO_ROOT / "README.md"
 BEGIN = "<!-- conformance table: python -m mutants table -->"

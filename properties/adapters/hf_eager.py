@@ -1,7 +1,8 @@
 """Hugging Face transformers' eager attention (optional: pip install transformers).
 
 Each target runs the ``eager_attention_forward`` of one model family (Llama; Mistral, whose
-layers use a sliding window; GptOss, with sinks and a sliding window), and, for the layer
+layers use a sliding window; Qwen2, with biases on q, k and v and a sliding window; GptOss, with sinks
+and a sliding window), and, for the layer
 properties, that family's decoder layer (LlamaDecoderLayer, MistralDecoderLayer,
 GptOssDecoderLayer: the input RMSNorm, the attention module with its projections, RoPE from the
 family's rotary embedding and output projection, the residual, then the MLP sublayer with its
@@ -26,10 +27,11 @@ import math
 from types import SimpleNamespace
 
 import torch
-from transformers import DynamicCache, GptOssConfig, LlamaConfig, MistralConfig, masking_utils
+from transformers import DynamicCache, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, masking_utils
 from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers.models.qwen2 import modeling_qwen2
 
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import Layer, LayerSpec, Target
@@ -199,6 +201,23 @@ MISTRAL = eager_target(
         decoder=modeling_mistral.MistralDecoderLayer,
         rotary=modeling_mistral.MistralRotaryEmbedding,
         apply_rotary_pos_emb=modeling_mistral.apply_rotary_pos_emb,
+    ),
+    {"window"},
+)
+# Qwen2: biases on the q, k and v projections; a window on the layers the config's layer_types name
+QWEN2 = eager_target(
+    "hf-qwen2",
+    SimpleNamespace(
+        eager_attention_forward=modeling_qwen2.eager_attention_forward,
+        config=lambda spec: Qwen2Config(
+            **sizes(spec),
+            use_sliding_window=spec.window is not None,
+            sliding_window=spec.window,
+            max_window_layers=0,
+        ),
+        decoder=modeling_qwen2.Qwen2DecoderLayer,
+        rotary=modeling_qwen2.Qwen2RotaryEmbedding,
+        apply_rotary_pos_emb=modeling_qwen2.apply_rotary_pos_emb,
     ),
     {"window"},
 )
