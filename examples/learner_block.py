@@ -6,7 +6,8 @@ value projections, a causal mask of -inf above the diagonal, ``x + Attn(LayerNor
 the input (so the model refuses longer inputs).  ``STACK`` puts two blocks with sliding windows of 3 and 2
 on top of each other, and declares them (``windows``), so the kit checks the receptive field: output i
 sees inputs i-3 .. i (a full-attention layer anywhere would make it the whole prefix, where no window
-shows).
+shows), and through each block's output (``hidden_states``) that the first block's window is 3 and
+the second's 2.
 
 Both also have their white box, ``layer(spec)``: a block built at the sizes the kit asks for, with its
 FFN silenced (its last projection zeroed, so the block computes exactly ``x + Attn(LayerNorm(x))``),
@@ -76,13 +77,19 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, w) for w in windows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hidden_states(x)[-1]
+
+    def hidden_states(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's output."""
         T = x.shape[1]
         if T > self.max_len:
             raise ValueError(f"sequence of {T} tokens, but the position table has {self.max_len} rows")
         x = x + self.positions(torch.arange(T, device=x.device))
+        outputs = []
         for block in self.blocks:
             x = block(x)
-        return x
+            outputs.append(x)
+        return outputs
 
 
 def layer(spec: LayerSpec) -> Layer:
@@ -102,6 +109,6 @@ torch.manual_seed(0)
 MODEL = Decoder()
 STACK = Decoder(windows=(3, 2))
 for decoder in (MODEL, STACK):
-    decoder.capabilities = {"float64", "layer", "window"}
+    decoder.capabilities = {"float64", "layer", "window", "hidden_states"}
     decoder.layer = layer
     decoder.tied_width = True

@@ -103,6 +103,21 @@ def changed(code: str, fault: str) -> list[str]:
             "F8",
             {"o = attn(q, k, v, sliding_window=None)"},
         ),
+        # F8: a model picks each layer's mask from its schedule, or the windowed mask from its config
+        (
+            "m = causal_mask_mapping[self.config.layer_types[i]]",
+            "F8",
+            {
+                'm = causal_mask_mapping["full_attention"]',
+                "m = causal_mask_mapping[self.config.layer_types[i - 1]]",
+            },
+        ),
+        (
+            "f = create_causal_mask if self.config.sliding_window is None else create_windowed_mask",
+            "F8",
+            {"f = create_causal_mask"},
+        ),
+        ("f = windowed if self.window is not None else full", "F8", {"f = full"}),
         # F12: decode positions
         ("p = torch.arange(T) + past_seen_tokens", "F12", {"p = torch.arange(T)"}),
         # F13: the cache written with keys and values swapped
@@ -159,6 +174,8 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("w = torch.softmax(scores, dim=0)", "F14"),
         ("if window < 1:\n        raise ValueError('w')", "F16"),  # a check, not a bound on keys
         ("h = x + x", "F5"),
+        ("t = config.layer_types[i]", "F8"),  # reading the schedule, not picking a mask by it
+        ("d = None if dropout is None else dropout", "F8"),  # no window in the choice
     ],
 )
 def test_operators_leave_look_alikes_alone(code, fault):
