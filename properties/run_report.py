@@ -42,6 +42,8 @@ MODULE_CAPABILITIES = (
     "offset",
     "cache",
 )
+# What only a module's properties read: an attention target without a module is not told it lacks them.
+MODULE_ONLY = ("module", "chunks", "no_positions", "padding", "hidden_states")
 WHITE_BOX = (
     "a black box cannot see a wrong scale, or a head split that mixes every head alike: give the "
     "module a layer(spec), its white box (`attnspec conventions`: 'Layers, and the white box of a module')"
@@ -168,10 +170,13 @@ class RunReport:
         return [line for failure in self.failures for line in failure.lines()]
 
     def capability_lines(self, target: Target) -> list[str]:
-        """One line per capability (a module's only: MODULE_CAPABILITIES) saying whether the target
-        declares it and how many tests its absence skipped; then what else kept tests from running."""
+        """One line per capability (a module's only: MODULE_CAPABILITIES; an attention target's without
+        the module-only ones unless it has a module too, as impl does) saying whether the target declares
+        it and how many tests its absence skipped; then what else kept tests from running."""
         module = target.attention is None  # a module target, not a target that also has one (impl)
         names = MODULE_CAPABILITIES if module else tuple(CAPABILITIES)
+        if not module and not target.supports("module"):
+            names = tuple(name for name in names if name not in MODULE_ONLY)
         lines = []
         for name in names:
             mark = "yes" if name in target.capabilities else "no "

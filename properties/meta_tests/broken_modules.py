@@ -334,3 +334,23 @@ def rope_not_declared_off(spec: LayerSpec) -> Layer:
 
 UNDECLARED_NO_ROPE = replace(as_target("UNDECLARED_NO_ROPE", ATTENTION), layer=rope_not_declared_off)
 NO_ROPE_FINDING = "no RoPE: the layer rotates neither q nor k"
+
+
+class GroupedRounding(torch.nn.Module):
+    """Each output scaled by 1 + leak * tanh(the sum of its sequence): with leak = 2e-7 the last bits of
+    earlier outputs move with later tokens, as an MoE's grouped GEMMs round them (rows_round_together);
+    with leak = 1e-2 the future leaks for real."""
+
+    def __init__(self, leak: float) -> None:
+        super().__init__()
+        self.lin, self.leak = torch.nn.Linear(8, 8), leak
+
+    def forward(self, x):
+        return self.lin(x) * (1 + self.leak * torch.tanh(x.sum(dim=1, keepdim=True)))
+
+
+ROUNDING_DECLARED = GroupedRounding(2e-7)
+ROUNDING_DECLARED.rows_round_together = True
+ROUNDING_UNDECLARED = GroupedRounding(2e-7)
+LEAK_DECLARED = GroupedRounding(1e-2)
+LEAK_DECLARED.rows_round_together = True
