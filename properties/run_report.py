@@ -25,14 +25,12 @@ LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
 EXAMPLE_NOTES = ("Falsifying", "Failing", "Draw ")
 # A property that needs a second device the target cannot use here (skips.second_device) says so.
 NO_SECOND_DEVICE = "no second real device is here"
+# What only a module's properties read: an attention target without a module is not told it lacks them.
+MODULE_ONLY = ("module", "chunks", "no_positions", "padding", "hidden_states")
 # What a module target's properties read (test_modules.py, and test_attention_layer.py for its layer):
 # the capability table of a module lists these alone.
 MODULE_CAPABILITIES = (
-    "module",
-    "chunks",
-    "no_positions",
-    "padding",
-    "hidden_states",
+    *MODULE_ONLY,
     "float64",
     "float16",
     "layer",
@@ -42,8 +40,6 @@ MODULE_CAPABILITIES = (
     "offset",
     "cache",
 )
-# What only a module's properties read: an attention target without a module is not told it lacks them.
-MODULE_ONLY = ("module", "chunks", "no_positions", "padding", "hidden_states")
 WHITE_BOX = (
     "a black box cannot see a wrong scale, or a head split that mixes every head alike: give the "
     "module a layer(spec), its white box (`attnspec conventions`: 'Layers, and the white box of a module')"

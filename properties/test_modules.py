@@ -61,7 +61,7 @@ def other_values(x: torch.Tensor, seed: int) -> torch.Tensor:
     """Inputs of x's shape that differ from x everywhere: other token ids, or other features (not a
     shift or a scale of them, which a norm would remove)."""
     if not MODEL:
-        return seeded_randn(seed, *x.shape[:-1], x.shape[-1], device=x.device, dtype=x.dtype) * 3 + 1
+        return seeded_randn(seed, *x.shape, device=x.device, dtype=x.dtype) * 3 + 1
     step = torch.randint(1, TARGET.vocab_size, x.shape, generator=torch.Generator().manual_seed(seed))
     return (x + step.to(x.device)) % TARGET.vocab_size
 

@@ -103,9 +103,7 @@ FAMILIES = {
 def build(family: Family, seed: int = 0) -> nn.Module:
     config = family.config(**SIZES, **family.extra)
     config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = family.model(config)
-    return randomize_(model, seed).eval()
+    return randomize_(family.model(config), seed).eval()  # every parameter drawn from the seed
 
 
 def windows_of(config) -> tuple[int | None, ...]:

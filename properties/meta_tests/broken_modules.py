@@ -179,7 +179,7 @@ class CacheTrimmedBeforeTheChunk(gpt2_style.Attention):
     def attend(self, query, key, value, allowed):
         if self.window is not None and key.shape[-2] > query.shape[-2]:
             cached = key.shape[-2] - query.shape[-2]
-            lost = max(0, cached - (self.window - 1 - query.shape[-2] + 1))
+            lost = max(0, cached + query.shape[-2] - self.window)  # what keeps the last W in all
             allowed = allowed.clone()
             allowed[..., :lost] = False
         return super().attend(query, key, value, allowed)
