@@ -6,6 +6,7 @@ from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .layers import FeedForward, RMSNorm, default_ffn_hidden
 from .masks import additive_mask, attention_mask, check_window, layer_window
+from .model import LanguageModel, token_positions
 from .positions import (
     LearnedPositionalEmbedding,
     apply_rope,
@@ -17,6 +18,7 @@ __all__ = [
     "AttentionBlock",
     "FeedForward",
     "KVCache",
+    "LanguageModel",
     "LearnedPositionalEmbedding",
     "MLPBlock",
     "ModelConfig",
@@ -35,4 +37,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
     "split_heads",
+    "token_positions",
 ]

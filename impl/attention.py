@@ -5,7 +5,9 @@
 q is (B, Hq, Tq, d); k and v are (B, Hkv, Tk, d) and (B, Hkv, Tk, dv).  KV head g serves
 query heads g*r .. g*r + r - 1 with r = Hq // Hkv.  A sink is one logit per query head,
 appended as an extra softmax column (not scaled, independent of q) and dropped after
-the softmax, so it only takes probability mass away from the real keys.
+the softmax, so it only takes probability mass away from the real keys.  A padding mask
+(B, Tk), True for a real token's key, masks the pads' keys too; a query that then sees no key
+(a pad before every real token) outputs 0, as a blind query does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def check_attention_inputs(
     k: torch.Tensor,
     v: torch.Tensor,
     sinks: torch.Tensor | None,
+    padding_mask: torch.Tensor | None = None,
 ) -> None:
     """Raise a ValueError/TypeError naming the argument for every malformed input."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -54,6 +57,22 @@ def check_attention_inputs(
             raise ValueError(f"sinks must have shape (Hq,) = ({n_heads},), got {tuple(sinks.shape)}")
         if sinks.device != q.device:
             raise ValueError(f"sinks on {sinks.device} but q on {q.device}")
+    if padding_mask is not None:
+        if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool:
+            raise TypeError(f"padding_mask must be a bool tensor (B, Tk), got {_describe(padding_mask)}")
+        if padding_mask.shape != (k.shape[0], k.shape[2]):
+            raise ValueError(
+                f"padding_mask must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), "
+                f"got {tuple(padding_mask.shape)}"
+            )
+        if padding_mask.device != q.device:
+            raise ValueError(f"padding_mask on {padding_mask.device} but q on {q.device}")
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} tensor of shape {tuple(t.shape)}"
+    return type(t).__name__
 
 
 # Queries per tile of the tiled path.  Causal attention over more queries than one tile runs
@@ -71,17 +90,21 @@ def scaled_dot_product_attention(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     return_weights: bool = False,
+    padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, Hq, Tq, dv); with ``return_weights`` also the (B, Hq, Tq, Tk) weights.
 
+    ``padding_mask`` (B, Tk) bool: True for the key of a real token, False for a pad's (never seen).
     The path follows the size: causal attention over more than QUERY_TILE queries (and no more
     queries than keys) is tiled, everything else takes the explicit formula.  Both compute the
     same values."""
-    check_attention_inputs(q, k, v, sinks)
+    check_attention_inputs(q, k, v, sinks, padding_mask)
     tq, tk = q.shape[2], k.shape[2]
     if causal and not return_weights and QUERY_TILE < tq <= tk:
-        return tiled_attention(q, k, v, window=window, sinks=sinks, scale=scale)
-    out, weights = explicit_attention(q, k, v, causal=causal, window=window, sinks=sinks, scale=scale)
+        return tiled_attention(q, k, v, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask)
+    out, weights = explicit_attention(
+        q, k, v, causal=causal, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask
+    )
     if return_weights:
         return out, weights.to(q.dtype)
     return out
@@ -95,6 +118,7 @@ def tiled_attention(
     window: int | None = None,
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
+    padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention, QUERY_TILE queries at a time, each tile given only the keys it may see:
     its causal prefix, or with a window the band of (tile + W - 1) keys that ends at its last
@@ -112,8 +136,9 @@ def tiled_attention(
         lo = 0 if window is None else max(0, first + start - window + 1)  # oldest key in the band
         hi = first + stop  # one past the tile's last query: later keys are the future
         k_band, v_band = k[:, :, lo:hi], v[:, :, lo:hi]
+        pads = None if padding_mask is None else padding_mask[:, lo:hi]
         tile, _ = explicit_attention(
-            q[:, :, start:stop], k_band, v_band, window=window, sinks=sinks, scale=scale
+            q[:, :, start:stop], k_band, v_band, window=window, sinks=sinks, scale=scale, padding_mask=pads
         )
         out[:, :, start:stop] = tile
     return out
@@ -128,6 +153,7 @@ def explicit_attention(
     window: int | None = None,
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
+    padding_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T * scale + M) V on checked inputs, written out: the output (B, Hq, Tq, dv) in
     q's dtype and the weights (B, Hq, Tq, Tk) in the dtype they were computed in."""
@@ -138,7 +164,9 @@ def explicit_attention(
         # Bottom-right alignment puts the first Tq - Tk queries before key 0: they see nothing,
         # and their output and weights are 0 (not the NaN of a softmax over nothing).  The rest
         # each see at least the key at their own position.
-        out, weights = explicit_attention(q[:, :, blind:], k, v, window=window, sinks=sinks, scale=scale)
+        out, weights = explicit_attention(
+            q[:, :, blind:], k, v, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask
+        )
         return F.pad(out, (0, 0, blind, 0)), F.pad(weights, (0, 0, blind, 0))
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
@@ -153,14 +181,19 @@ def explicit_attention(
     scores = torch.matmul(grouped_q.to(compute) * scale, k.to(compute).mT)  # (B, Hkv, r*Tq, Tk)
     scores = scores.view(batch, n_heads, tq, tk)
     allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
+    if padding_mask is not None:
+        allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, Tq, Tk): no pad's key is seen
     scores = scores.add_(additive_mask(allowed))  # + M, in place: 0 keeps a score, -inf masks it
 
     if sinks is not None:
         sink_column = sinks.to(compute)[:, None, None].expand(batch, n_heads, tq, 1)
         scores = torch.cat([scores, sink_column], dim=-1)  # (B, Hq, Tq, Tk + 1)
-    weights = torch.softmax(scores, dim=-1)  # every row sees a key: no row is all -inf
+    weights = torch.softmax(scores, dim=-1)  # without padding every row sees a key
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
+    if padding_mask is not None:
+        # a pad query before every real token sees no key: its row is 0, not a softmax's NaN
+        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
 
     grouped_weights = weights.reshape(batch, n_kv_heads, group * tq, tk)
     out = torch.matmul(grouped_weights, v.to(compute))  # (B, Hkv, r*Tq, dv)

@@ -37,13 +37,16 @@ class ModelConfig:
     norm_eps: float = 1e-5
     ffn_hidden: int | None = None
     activation: str = "swiglu"
+    vocab_size: int = 256  # the LanguageModel's (impl/model.py)
+    dropout: float = 0.0  # the LanguageModel's, on its embeddings in training
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         sizes = {
-            name: getattr(self, name) for name in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers")
+            name: getattr(self, name)
+            for name in ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "vocab_size")
         }
         if self.ffn_hidden is not None:
             sizes["ffn_hidden"] = self.ffn_hidden
@@ -64,6 +67,8 @@ class ModelConfig:
             raise ValueError(f"norm_eps must be >= 0, got {self.norm_eps!r}")
         if not self.rope_base > 0:
             raise ValueError(f"rope_base must be > 0, got {self.rope_base!r}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
 
@@ -86,27 +91,49 @@ class AttentionBlock(nn.Module):
         """An empty KV cache for this layer (its window) and sequences of up to max_len tokens."""
         return KVCache(max_len, self.window)
 
-    def forward(self, x: torch.Tensor, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        offset: int = 0,
+        cache: KVCache | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0].
 
         With a cache, x is the next T tokens of a sequence whose first ``offset`` tokens the
         cache has seen: their keys and values join the cache, and the queries see the earlier
-        positions too (prefill with an empty cache at offset 0, then decode)."""
+        positions too (prefill with an empty cache at offset 0, then decode).
+
+        A padded batch gives ``padding_mask`` (B, offset + T) bool, True for a real token, over the
+        whole sequence so far, and ``positions`` (B, T), each token's RoPE position in its own
+        sequence (otherwise offset, offset + 1, ... for every sequence)."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         if cache is not None and cache.window != self.window:
             raise ValueError(f"a cache for window={cache.window} given to a layer with window={self.window}")
+        batch, seq = x.shape[0], x.shape[1]
+        if padding_mask is not None and padding_mask.shape != (batch, offset + seq):
+            raise ValueError(
+                f"padding_mask must cover the sequence so far, (B, offset + T) = ({batch}, {offset + seq}), "
+                f"got {tuple(padding_mask.shape)}"
+            )
         cfg = self.config
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
         q, k, v = self.qkv(self.norm(x)).split([q_width, kv_width, kv_width], dim=-1)
-        q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
-        k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
+        q = apply_rope(split_heads(q, cfg.n_heads), positions, offset=offset, base=cfg.rope_base)
+        k = apply_rope(split_heads(k, cfg.n_kv_heads), positions, offset=offset, base=cfg.rope_base)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
         if cache is not None:
             k, v = cache.update(k, v, offset)  # (B, Hkv, held + T, d), the new positions last
-        attn = cast(torch.Tensor, scaled_dot_product_attention(q, k, v, window=self.window, sinks=self.sinks))
-        return x + self.out(merge_heads(attn))
+        # the keys are the last k.shape[2] positions of the sequence so far
+        keys_padding = None if padding_mask is None else padding_mask[:, -k.shape[2] :]
+        attn = scaled_dot_product_attention(
+            q, k, v, causal=True, window=self.window, sinks=self.sinks, padding_mask=keys_padding
+        )
+        return x + self.out(merge_heads(cast(torch.Tensor, attn)))
 
 
 class MLPBlock(nn.Module):
@@ -129,8 +156,16 @@ class TransformerBlock(nn.Module):
         self.attn = AttentionBlock(config, layer_idx)
         self.mlp = MLPBlock(config)
 
-    def forward(self, x: torch.Tensor, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
-        return self.mlp(self.attn(x, offset, cache))
+    def forward(
+        self,
+        x: torch.Tensor,
+        offset: int = 0,
+        cache: KVCache | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.mlp(self.attn(x, offset, cache, padding_mask=padding_mask, positions=positions))
 
 
 class TransformerStack(nn.Module):
@@ -151,10 +186,20 @@ class TransformerStack(nn.Module):
         cache = self.new_cache(max_len)
         return self(prompt, 0, cache), cache
 
-    def forward(self, x: torch.Tensor, offset: int = 0, cache: list[KVCache] | None = None) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D); with ``cache`` (from new_cache), x continues a sequence at ``offset``."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        offset: int = 0,
+        cache: list[KVCache] | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); with ``cache`` (from new_cache), x continues a sequence at ``offset``;
+        a padded batch gives ``padding_mask`` and ``positions`` (AttentionBlock.forward)."""
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the stack has {len(self.blocks)} layers but the cache has {len(cache)}")
         for i, block in enumerate(self.blocks):
-            x = block(x, offset, None if cache is None else cache[i])
+            layer_cache = None if cache is None else cache[i]
+            x = block(x, offset, layer_cache, padding_mask=padding_mask, positions=positions)
         return x

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutants", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a campaign and write reports/mutation-report.json")
-    run.add_argument("--faults-only", action="store_true", help="only the catalogue operators F1..F16")
+    run.add_argument("--faults-only", action="store_true", help="only the catalogue operators (F1, F2, ...)")
     run.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
     run.add_argument(
         "--incremental",

@@ -845,6 +845,198 @@ def operator_swap_cached_kv(node: cst.Call) -> Iterator[cst.CSTNode]:
         yield node.with_changes(args=swap_args(list(node.args), 0))
 
 
+# --- F17..F21: the plumbing between a model and its attention ------------------------------------
+
+
+PADDING_WORDS = {"padding", "pad", "pads"}
+
+
+def padding_like(node: cst.CSTNode) -> bool:
+    """A padding mask, or something read from one: padding_mask, key_padding_mask[b], pads[:, lo:hi]."""
+    return bool(words(node) & PADDING_WORDS)
+
+
+def operator_padding_ignored(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The padding mask never reaches the scores: f(..., padding_mask=m) -> padding_mask=None,
+    and_masks(causal, padding_mask_function(m)) -> and_masks(causal), allowed & pads[...] -> allowed."""
+    if isinstance(node, cst.Call):
+        for arg in node.args:
+            if (
+                arg.keyword is not None
+                and padding_like(arg.keyword)
+                and not m.matches(arg.value, m.Name("None"))
+            ):
+                yield replace_arg(node, arg, cst.Name("None"))
+        args = positional(node)
+        if len(args) >= 2 and words(node.func) & {"and", "combine"}:
+            for arg in args:
+                if padding_like(arg.value):
+                    yield drop_args(node, [arg])
+    elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        if padding_like(node.right) and not padding_like(node.left):
+            yield node.left
+        elif padding_like(node.left) and not padding_like(node.right):
+            yield node.right
+
+
+def operator_padding_inverted(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pads taken for real tokens and real tokens for pads: padding_mask[b, kv] -> ~padding_mask[b, kv],
+    attention_mask == 1 -> attention_mask == 0 (and != 0 -> != 1)."""
+    if (
+        isinstance(node, cst.Subscript)
+        and isinstance(node.value, (cst.Name, cst.Attribute))
+        and padding_like(node.value)
+    ):
+        yield cst.UnaryOperation(operator=cst.BitInvert(), expression=node)
+    elif isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        target = node.comparisons[0]
+        value = literal_int(target.comparator)
+        if value in (0, 1) and isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+            if words(node.left) & {"mask", "attention"} and not words(node.left) & SIZE_WORDS:
+                flipped = target.with_changes(comparator=cst.Integer(str(1 - value)))
+                yield node.with_changes(comparisons=[flipped])
+
+
+MASK_NAMES = {"mask", "masks"}
+CACHE_WORDS = {"cache", "past", "cached"}
+
+
+def mask_name(name: str) -> bool:
+    """attention_mask, padding_mask, attn_mask, mask: a mask itself (not or_mask_function, a mask's maker)."""
+    named = words(cst.Name(name))
+    return bool(named & MASK_NAMES) and not named & {"function", "fn", "factory"}
+
+
+def cache_expression(node: cst.Call | cst.Dict) -> cst.BaseExpression | None:
+    """The cache handed on with a mask: cache=..., past_key_values=..., or a positional layer_cache."""
+    if isinstance(node, cst.Dict):
+        for element in node.elements:
+            key = element.key if isinstance(element, cst.DictElement) else None
+            if isinstance(key, cst.SimpleString) and words(cst.Name(key.evaluated_value)) & CACHE_WORDS:
+                return element.value
+        return None
+    for arg in node.args:
+        named = arg.keyword is not None and words(arg.keyword) & CACHE_WORDS
+        if named or (arg.keyword is None and words(arg.value) & CACHE_WORDS):
+            return arg.value
+    return None
+
+
+def dropped_with(cache: cst.BaseExpression, value: cst.BaseExpression) -> cst.BaseExpression:
+    """``None if cache is not None else value``."""
+    test = cst.Comparison(left=cache, comparisons=[cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
+    return cst.IfExp(test=test, body=cst.Name("None"), orelse=value.with_changes(lpar=[], rpar=[]))
+
+
+def operator_mask_dropped_with_cache(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """layer(x, attention_mask=m, cache=c) -> attention_mask=(None if c is not None else m), and the
+    same for a {"attention_mask": m, "cache": c} of keyword arguments: once a cache is attached, the
+    mask is skipped (the chunk sees its own future, the pads are attended)."""
+    if not isinstance(node, (cst.Call, cst.Dict)):
+        return
+    cache = cache_expression(node)
+    if cache is None:
+        return
+    if isinstance(node, cst.Call):
+        for arg in node.args:
+            if arg.keyword is not None and mask_name(arg.keyword.value):
+                if not m.matches(arg.value, m.Name("None")):
+                    yield replace_arg(node, arg, dropped_with(cache, arg.value))
+        return
+    for element in node.elements:
+        key = element.key if isinstance(element, cst.DictElement) else None
+        if isinstance(key, cst.SimpleString) and mask_name(key.evaluated_value):
+            changed = element.with_changes(value=dropped_with(cache, element.value))
+            yield node.with_changes(elements=[changed if e is element else e for e in node.elements])
+
+
+CAUSAL_KEYWORDS = ("is_causal", "causal")
+
+
+def operator_causal_flag_lost(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The causal flag lost on its way: f(..., causal=causal) / is_causal=self.is_causal / causal=True
+    -> False, and self.is_causal = True -> False (F1 has the literal is_causal=True of a call)."""
+    if isinstance(node, cst.Call):
+        arg = keyword(node, *CAUSAL_KEYWORDS)
+        if arg is None or m.matches(arg.value, m.Name("False")):
+            return
+        if arg.keyword.value == "is_causal" and m.matches(arg.value, m.Name("True")):
+            return  # F1's
+        yield replace_arg(node, arg, cst.Name("False"))
+    elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+        if func_name(target) in CAUSAL_KEYWORDS and not m.matches(node.value, m.Name("False")):
+            yield node.with_changes(value=cst.Name("False"))
+
+
+def window_attribute(node: cst.CSTNode) -> cst.Attribute | None:
+    """The first self.<window> (self.window, self.sliding_window) a block mentions."""
+    for found in m.findall(node, m.Attribute(value=m.Name("self"))):
+        if words(found.attr) & WINDOW_WORDS:
+            return found
+    return None
+
+
+def concat_dim(node: cst.CSTNode) -> int | None:
+    """The axis of cat([...], dim=d) / cat([...], d) with a literal d, else None."""
+    if call_name(node) not in ("cat", "concat", "concatenate"):
+        return None
+    arg = dim_arg(node, 1)
+    return None if arg is None else literal_int(arg.value)
+
+
+def last_positions(expr: cst.BaseExpression, dim: int, window: cst.Attribute) -> cst.BaseExpression:
+    """expr[..., -W:, :] (dim -2) or expr[:, :, -W:] (dim 2): the last W positions along dim."""
+    code = cst.Module([]).code_for_node
+    keep = f"-{code(window)}:"
+    index = ", ".join(["...", keep] + [":"] * (-dim - 1)) if dim < 0 else ", ".join([":"] * dim + [keep])
+    return cst.parse_expression(f"({code(expr)})[{index}]")
+
+
+def operator_cache_trimmed_early(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """A windowed cache that hands the chunk only what it keeps: return torch.cat([old_k, k], dim=2), ...
+    -> each trimmed to the last self.window positions, and self.keys = full[..., -w + 1:, :] ...
+    return full, ... -> return self.keys, ...: the first queries of a chunk of several tokens lose
+    keys their window still covers."""
+    window = window_attribute(node)
+    if window is None:
+        return
+    kept: dict[str, cst.BaseExpression] = {}  # returned name -> the self attribute that keeps a slice of it
+    for statement in node.body:
+        line = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(line, cst.Assign) and len(line.targets) == 1 and isinstance(line.value, cst.Subscript):
+            target, source = line.targets[0].target, line.value.value
+            if isinstance(target, cst.Attribute) and isinstance(source, cst.Name):
+                kept[source.value] = target
+        if not isinstance(line, cst.Return) or line.value is None:
+            continue
+        returned = line.value.elements if isinstance(line.value, cst.Tuple) else None
+        values = [e.value for e in returned] if returned else [line.value]
+        if all(isinstance(v, cst.Name) and v.value in kept for v in values):
+            trimmed = [kept[v.value] for v in values]
+        elif all(concat_dim(v) is not None for v in values):
+            trimmed = [last_positions(v, concat_dim(v), window) for v in values]
+        else:
+            continue
+        value = cst.Tuple([cst.Element(v) for v in trimmed], lpar=[], rpar=[]) if returned else trimmed[0]
+        new_line = statement.with_changes(body=[line.with_changes(value=value)])
+        yield node.with_changes(body=[new_line if s is statement else s for s in node.body])
+
+
+def operator_dropout_left_on(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Dropout not switched off in eval: dropout(x, p, training=self.training) -> training=True, and
+    0.0 if not self.training else p -> p (p if self.training else 0 -> p)."""
+    if isinstance(node, cst.Call) and "dropout" in call_name(node):
+        arg = keyword(node, "training", "train")
+        if arg is None and len(positional(node)) >= 3:
+            arg = positional(node)[2]
+        if arg is not None and not m.matches(arg.value, m.Name("True")):
+            yield replace_arg(node, arg, cst.Name("True"))
+    elif isinstance(node, cst.IfExp) and "training" in words(node.test):
+        negative = isinstance(node.test, cst.UnaryOperation) and isinstance(node.test.operator, cst.Not)
+        yield node.orelse if negative else node.body
+
+
 # --- F14, F15, F16: siblings of the chapters' faults that real code shows -------------------------
 
 
@@ -1146,6 +1338,51 @@ FAULTS: tuple[Fault, ...] = (
         ("MASK-2", "ATTN-2"),
         ((cst.Comparison, operator_window_bound), (cst.Call, operator_window_bound)),
         "the 'window' capability",
+    ),
+    Fault(
+        "F17",
+        "padding mask ignored or inverted (never passed on, dropped from the mask, or pads taken for tokens)",
+        "real",
+        ("MOD-9", "MOD-10", "ATTN-13"),
+        (
+            (cst.Call, operator_padding_ignored),
+            (cst.BinaryOperation, operator_padding_ignored),
+            (cst.Subscript, operator_padding_inverted),
+            (cst.Comparison, operator_padding_inverted),
+        ),
+        "a model or module with a padding mask (the 'padding' capability: MOD-9, MOD-10)",
+    ),
+    Fault(
+        "F18",
+        "mask dropped once a cache is attached (the layer gets no mask when decoding)",
+        "real",
+        ("MOD-7", "MOD-10"),
+        ((cst.Call, operator_mask_dropped_with_cache), (cst.Dict, operator_mask_dropped_with_cache)),
+        "a model or module that decodes in chunks (the 'chunks' capability: MOD-7, MOD-10)",
+    ),
+    Fault(
+        "F19",
+        "causal flag lost on the way to attention (causal=causal or self.is_causal set to False)",
+        "real",
+        ("MOD-1", "BLOCK-3", "ATTN-2"),
+        ((cst.Call, operator_causal_flag_lost), (cst.Assign, operator_causal_flag_lost)),
+        "a module or layer whose code forwards the causal flag (SDPA's is_causal read from it)",
+    ),
+    Fault(
+        "F20",
+        "windowed cache trimmed to what it keeps before the chunk is attended",
+        "real",
+        ("CACHE-1", "MOD-7"),
+        ((cst.IndentedBlock, operator_cache_trimmed_early),),
+        "a windowed layer's cache, decoded in chunks of several tokens (CACHE-1, MOD-7)",
+    ),
+    Fault(
+        "F21",
+        "dropout not switched off in eval mode (training=True, or the eval guard on p dropped)",
+        "real",
+        ("MOD-4", "LM-2"),
+        ((cst.Call, operator_dropout_left_on), (cst.IfExp, operator_dropout_left_on)),
+        "a model or module with dropout, p > 0 in its config (MOD-4)",
     ),
 )
 

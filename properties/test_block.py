@@ -310,6 +310,9 @@ VALID = {"d_model": 8, "n_heads": 4, "n_kv_heads": 2, "head_dim": 4, "n_layers":
         {"norm_eps": float("nan")},
         {"rope_base": 0.0},
         {"rope_base": -10000.0},
+        {"vocab_size": 0},
+        {"dropout": 1.0},
+        {"dropout": -0.1},
     ],
     ids=lambda bad: ",".join(f"{k}={v}" for k, v in bad.items()),
 )
@@ -320,14 +323,16 @@ def test_model_config_rejects_bad_settings(bad):
         ModelConfig(**{**VALID, **bad})
 
 
-SIZE_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "ffn_hidden")
+SIZE_FIELDS = ("d_model", "n_heads", "n_kv_heads", "head_dim", "n_layers", "ffn_hidden", "vocab_size")
 
 
 @pytest.mark.req("ERR-2")
 def test_model_config_accepts_the_edges_of_its_ranges():
     """Nothing narrower than the stated ranges is refused: eps 0, a tiny base, width 1, and
     ffn_hidden=None (the default width)."""
-    ModelConfig(**{**VALID, "norm_eps": 0.0, "rope_base": 1e-3, "ffn_hidden": 1})
+    ModelConfig(**{**VALID, "norm_eps": 0.0, "rope_base": 1e-3, "ffn_hidden": 1, "vocab_size": 1})
+    ModelConfig(**{**VALID, "dropout": 0.0})
+    ModelConfig(**{**VALID, "dropout": 0.99})
     ModelConfig(**{**VALID, "ffn_hidden": None})
 
 

@@ -1,26 +1,36 @@
 """Masks: bottom-right causal alignment, sliding windows, the additive form, the layer schedule.
 
 Every mask property compares impl.attention_mask with specs.oracle.mask_oracle (built key by
-key from the formula) and states one law of its own that does not go through the oracle.
+key from the formula) and states one law of its own that does not go through the oracle.  The
+padding mask a model hands attention (ATTN-13) is checked against the oracle's attention, on both of
+impl's attention paths.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from attnspec.impl import additive_mask, attention_mask, layer_window
-from attnspec.properties.hypothesis_helpers import seeds
+from attnspec.impl import additive_mask, attention_mask, layer_window, scaled_dot_product_attention
+from attnspec.properties.hypothesis_helpers import (
+    AttnCase,
+    attn_cases,
+    full_precision,
+    seeds,
+    spanning_tiles,
+)
 from attnspec.properties.messages import names_value
-from attnspec.properties.pytest_helpers import assert_exactly_equal
-from attnspec.specs.oracle import mask_oracle
+from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_golden
+from attnspec.specs.oracle import attention_oracle, mask_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.
 pytestmark = pytest.mark.needs("impl")
+both_paths = pytest.mark.usefixtures("attention_path")
 
 
 @st.composite
@@ -240,3 +250,40 @@ def test_even_schedule_alternates(n_layers, window):
     assert schedule[0] == window, "layer 0 must use the sliding window"
     for a, b in zip(schedule, schedule[1:], strict=False):
         assert (a is None) != (b is None), f"the schedule {schedule} does not alternate windowed / full"
+
+
+@st.composite
+def blind_query_cases(draw: st.DrawFn) -> AttnCase:
+    """Tq > Tk: the first Tq - Tk queries see no key, padded or not."""
+    case = draw(attn_cases(max_t=6))
+    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
+
+
+# --- ATTN-13: a padding mask (impl's own argument) -----------------------------------------------
+
+
+def padding_masks(case: AttnCase, seed: int, real: float, device) -> torch.Tensor:
+    """(B, Tk) bool: each key real with probability ``real``, so that some queries see only pads."""
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.rand(case.batch, case.tk, generator=generator) < real).to(device)
+
+
+@pytest.mark.req("ATTN-13")
+@both_paths
+@example(case=spanning_tiles(), seed=2, real=0.5, dtype=torch.float32)
+@given(
+    case=st.one_of(attn_cases(), blind_query_cases()),
+    seed=seeds,
+    real=st.sampled_from([0.0, 0.4, 0.7, 1.0]),
+    dtype=st.sampled_from(full_precision()),
+)
+def test_a_padding_mask_hides_the_pads_keys(case, seed, real, dtype, device):
+    """What the model's padded batches need: the pads' keys are never seen, and a query that sees
+    only pads (one before every real token) outputs 0, with or without sinks."""
+    q, k, v, sinks = case.make(device, dtype)
+    padding_mask = padding_masks(case, seed, real, device)
+    out = scaled_dot_product_attention(q, k, v, window=case.window, sinks=sinks, padding_mask=padding_mask)
+    kwargs = dict(window=case.window, sinks=sinks, padding_mask=padding_mask.cpu())
+    golden, _ = attention_oracle(q, k, v, **kwargs)
+    reference = golden if dtype == torch.float64 else attention_oracle(q, k, v, dtype=dtype, **kwargs)[0]
+    assert_golden(out, golden, reference, f"output with padding_mask {padding_mask.int().tolist()} ({dtype})")

@@ -49,8 +49,11 @@ def attention_oracle(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
+    padding_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(q.k * scale + M, sink) v."""
+    """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(q.k * scale + M, sink) v; with
+    ``padding_mask`` (B, Tk) only the keys it marks True are visible (a query left without any
+    visible key outputs 0)."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     batch, n_heads, tq, _ = q.shape
     tk, dv = k.shape[2], v.shape[3]
@@ -62,10 +65,14 @@ def attention_oracle(
             g = h // group  # the KV head that serves query head h
             for i in range(tq):
                 keys = visible_keys(i, tq, tk, causal, window)
+                if padding_mask is not None:
+                    keys = [j for j in keys if bool(padding_mask[b, j])]
+                if not keys:
+                    continue  # nothing visible: zero output, zero weights (a sink alone takes all)
                 logits = [(q[b, h, i] * k[b, g, j]).sum() * scale for j in keys]
                 if sinks is not None:
                     logits.append(sinks.detach().cpu().to(dtype)[h])
-                if not logits or all(x == -math.inf for x in logits):
+                if all(x == -math.inf for x in logits):
                     continue  # nothing visible: zero output, zero weights
                 row = torch.stack(logits)
                 row = torch.exp(row - row.max())

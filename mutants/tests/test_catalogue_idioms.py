@@ -158,6 +158,50 @@ def changed(code: str, fault: str) -> list[str]:
             "F16",
             {"m = torch.tril(full, diagonal=-window - 1)", "m = torch.tril(full, diagonal=-window + 1)"},
         ),
+        # F17: the padding mask ignored (not passed on, left out of the mask) or inverted
+        ("y = attend(q, k, v, padding_mask=pads)", "F17", {"y = attend(q, k, v, padding_mask=None)"}),
+        (
+            "f = and_masks(causal_fn, padding_mask_function(mask))",
+            "F17",
+            {"f = and_masks(causal_fn)"},
+        ),
+        ("return padding_mask[batch_idx, kv_idx]", "F17", {"return ~padding_mask[batch_idx, kv_idx]"}),
+        (
+            "allowed = allowed & key_padding[:, None]",
+            "F17",
+            {"allowed = allowed", "allowed = allowed & ~key_padding[:, None]"},
+        ),
+        ("real = attention_mask == 1", "F17", {"real = attention_mask == 0"}),
+        # F18: the mask dropped once a cache is attached
+        (
+            "x = layer(x, attention_mask=mask, past_key_values=cache)",
+            "F18",
+            {"x = layer(x, attention_mask=None if cache is not None else mask, past_key_values=cache)"},
+        ),
+        (
+            "kw = {'attention_mask': mask, 'cache': layer_cache}",
+            "F18",
+            {"kw = {'attention_mask': None if layer_cache is not None else mask, 'cache': layer_cache}"},
+        ),
+        # F19: the causal flag lost on its way
+        ("y = attend(q, k, v, causal=causal)", "F19", {"y = attend(q, k, v, causal=False)"}),
+        ("self.is_causal = True", "F19", {"self.is_causal = False"}),
+        # F21: dropout left on in eval
+        (
+            "w = F.dropout(w, p=self.p, training=self.training)",
+            "F21",
+            {"w = F.dropout(w, p=self.p, training=True)"},
+        ),
+        (
+            "y = attend(q, k, v, dropout=0.0 if not self.training else self.attention_dropout)",
+            "F21",
+            {"y = attend(q, k, v, dropout=self.attention_dropout)"},
+        ),
+        (
+            "y = sdpa(q, k, v, dropout_p=self.dropout if self.training else 0)",
+            "F21",
+            {"y = sdpa(q, k, v, dropout_p=self.dropout)"},
+        ),
     ],
 )
 def test_operators_recognise_real_idioms(code, fault, expected):
@@ -176,6 +220,10 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("h = x + x", "F5"),
         ("t = config.layer_types[i]", "F8"),  # reading the schedule, not picking a mask by it
         ("d = None if dropout is None else dropout", "F8"),  # no window in the choice
+        ("x = F.pad(x, (0, padding_length))", "F17"),  # padding a tensor, not a padding mask
+        ("y = attend(q, k, v, is_causal=True)", "F19"),  # F1's: a mask literally never applied
+        ("x = layer(x, or_mask_function=f, cache=cache)", "F18"),  # a mask's maker, not a mask
+        ("y = F.dropout(x, p=0.1, training=True)", "F21"),  # already on: nothing to switch on
     ],
 )
 def test_operators_leave_look_alikes_alone(code, fault):
@@ -226,3 +274,39 @@ def test_sink_column_dropped_whatever_the_sinks_are_called():
     assert made == [
         "\ndef sdpa(QK, S):\n    QK = QK\n    W = torch.softmax(QK, dim=-1)\n    W = W\n    return W\n"
     ]
+
+
+def test_a_windowed_cache_trimmed_before_the_chunk_is_attended():
+    """Both idioms: a ring buffer returning old + new (trimmed to the window along the concatenated
+    axis), and a cache that keeps a slice of old + new and returns it whole (returns what it keeps)."""
+    ring = mutate(
+        """
+        def update(self, k, v):
+            if self.window is None:
+                return self.append(k, v)
+            old_k, old_v = self.read()
+            self.write(k, v)
+            return torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=-2)
+        """,
+        "F20",
+    )
+    assert len(ring) == 1
+    assert "(torch.cat([old_k, k], dim=2))[:, :, -self.window:]" in ring[0]
+    assert "(torch.cat([old_v, v], dim=-2))[..., -self.window:, :]" in ring[0]
+    kept = mutate(
+        """
+        def update(self, key_states, value_states):
+            full_k = torch.cat([self.keys, key_states], dim=-2)
+            full_v = torch.cat([self.values, value_states], dim=-2)
+            self.keys = full_k[:, :, -self.sliding_window + 1 :, :]
+            self.values = full_v[:, :, -self.sliding_window + 1 :, :]
+            return full_k, full_v
+        """,
+        "F20",
+    )
+    assert len(kept) == 1 and "return self.keys, self.values" in kept[0]
+    unwindowed = """
+        def update(self, k, v):
+            return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        """
+    assert mutate(unwindowed, "F20") == []  # a full cache returns everything it holds: no window to trim to

@@ -179,6 +179,7 @@ def sizes(spec: LayerSpec) -> dict:
         "vocab_size": 1,
         "bos_token_id": None,
         "eos_token_id": None,
+        "attention_dropout": 0.1,  # on in training: eval mode must switch it off (F21)
     }
 
 

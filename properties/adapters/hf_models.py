@@ -17,8 +17,9 @@ user's code or ``generate`` does:
 - ``hidden_states(tokens)``: each decoder layer's output (``output_hidden_states``), so that the kit
   places each declared window on its layer.
 
-``sources`` names what a conformance campaign mutates: the family's modeling file and the
-``masking_utils`` functions its masks are made with.
+``sources`` names what a conformance campaign mutates: the family's modeling file, the
+``masking_utils`` functions its masks are made with and, for a family with windows, what
+``DynamicSlidingWindowLayer.update`` hands the attention of a chunk.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ SIZES = dict(
     head_dim=4,
     max_position_embeddings=64,
     tie_word_embeddings=False,
+    attention_dropout=0.1,  # on in training: eval mode must switch it off (F21)
 )
 
 
@@ -167,6 +169,8 @@ class CausalLM(nn.Module):
 
 
 LAYER_CAPABILITIES = {"layer", "window", "gqa", "sinks", "offset", "cache"}
+# what a windowed layer's cache hands its attention: mutated on the families with windows
+SLIDING_CACHE = "transformers.cache_utils:DynamicSlidingWindowLayer.update"
 
 
 def model_target(key: str) -> Target:
@@ -183,7 +187,8 @@ def model_target(key: str) -> Target:
         | (family.layer.capabilities & LAYER_CAPABILITIES),
         f"transformers' {family.name}ForCausalLM, a tiny random config",
         layer=family.layer.layer,
-        sources=(family.module, "transformers.masking_utils"),
+        sources=(family.module, "transformers.masking_utils")
+        + (SLIDING_CACHE,) * any(window is not None for window in lm.windows),
         module=lm,
         windows=lm.windows,
         decode=lm.decode,

@@ -6,8 +6,8 @@ import torch
 
 from attnspec.impl import (
     AttentionBlock,
+    LanguageModel,
     ModelConfig,
-    TransformerStack,
     apply_rope,
     scaled_dot_product_attention,
 )
@@ -55,32 +55,37 @@ def rope(x, positions, base=10000.0):
     return apply_rope(x, positions, base=base)
 
 
-class Stack(TransformerStack):
-    """impl's stack of two blocks, the window of 3 on the even layer, as a module target (decoding
-    through its KV caches in chunks)."""
+class Model(LanguageModel):
+    """impl's language model of two blocks, the window of 3 on the even layer, as a model target:
+    tokens -> logits, padded batches, decoding through its KV caches in chunks, each block's output.
+    Its embedding dropout is on in training, so that eval mode has something to switch off."""
 
     def __init__(self) -> None:
-        config = ModelConfig(d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, n_layers=2, window=3)
+        config = ModelConfig(
+            d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, n_layers=2, window=3, vocab_size=37, dropout=0.1
+        )
         super().__init__(config)
         randomize_(self, 5)
 
-    def decode(self, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
-        cache, outputs, start = self.new_cache(x.shape[1]), [], 0
+    def decode(self, tokens: torch.Tensor, chunks: list[int], attention_mask: torch.Tensor | None = None):
+        cache, outputs, start = self.new_cache(tokens.shape[1]), [], 0
         for size in chunks:
-            outputs.append(self(x[:, start : start + size], start, cache))
-            start += size
+            stop = start + size
+            mask = None if attention_mask is None else attention_mask[:, :stop]
+            outputs.append(self(tokens[:, start:stop], mask, start, cache))
+            start = stop
         return torch.cat(outputs, dim=1)
 
-    def hidden_states(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def hidden_states(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         """Each block's output: MOD-5 then places the window on the even layer."""
-        outputs = []
-        for block in self.blocks:
+        x, outputs = self.embed(tokens), []
+        for block in self.stack.blocks:
             x = block(x)
             outputs.append(x)
         return outputs
 
 
-STACK = Stack()
+MODEL = Model()
 
 
 # impl tiles causal attention over more than QUERY_TILE queries (impl/attention.py): the kernel
@@ -88,14 +93,14 @@ STACK = Stack()
 TARGET = Target(
     "impl",
     scaled_dot_product_attention,
-    frozenset(CAPABILITIES) - {"no_positions", "padding"},  # its stack has RoPE, and no padding mask
+    frozenset(CAPABILITIES) - {"no_positions"},  # its model has RoPE
     "attnspec's impl/",
     layer=layer,
     rope=rope,
-    module=STACK,
-    d_model=16,
+    module=MODEL,
     windows=(3, None),
-    decode=STACK.decode,
-    hidden_states=STACK.hidden_states,
+    decode=MODEL.decode,
+    vocab_size=MODEL.config.vocab_size,
+    hidden_states=MODEL.hidden_states,
     switches=(impl_attention.QUERY_TILE + 1,),
 )

@@ -19,7 +19,7 @@ from attnspec.properties.patching import module_attributes
 pytestmark = pytest.mark.needs("impl")
 
 
-def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None):
+def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None, padding_mask=None):
     """impl's tiled path with the bug: each tile's key band ends one key after its last query."""
     tq, tk = q.shape[2], k.shape[2]
     first = tk - tq  # the absolute position of query 0
@@ -28,8 +28,15 @@ def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None):
         stop = min(start + impl_attention.QUERY_TILE, tq)
         lo = 0 if window is None else max(0, first + start - window + 1)
         hi = min(first + stop + 1, tk)  # one key late: the correct band ends at first + stop
+        pads = None if padding_mask is None else padding_mask[:, lo:hi]
         tile, _ = impl_attention.explicit_attention(
-            q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], window=window, sinks=sinks, scale=scale
+            q[:, :, start:stop],
+            k[:, :, lo:hi],
+            v[:, :, lo:hi],
+            window=window,
+            sinks=sinks,
+            scale=scale,
+            padding_mask=pads,
         )
         tiles.append(tile)
     return torch.cat(tiles, dim=2)
