@@ -6,7 +6,7 @@ from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .layers import FeedForward, RMSNorm, default_ffn_hidden
 from .masks import additive_mask, attention_mask, check_window, layer_window
-from .model import LanguageModel, token_positions
+from .model import LanguageModel
 from .positions import (
     LearnedPositionalEmbedding,
     apply_rope,
@@ -37,5 +37,4 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
     "split_heads",
-    "token_positions",
 ]

@@ -192,8 +192,9 @@ def explicit_attention(
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
     if padding_mask is not None:
-        # a pad query before every real token sees no key: its row is 0, not a softmax's NaN
-        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+        # A pad before every real token sees no key: its softmax is NaN.  Every masked weight is 0,
+        # which sets that row to 0 and leaves the others as they are (exp(-inf) is 0 already).
+        weights = weights.masked_fill(~allowed, 0.0)
 
     grouped_weights = weights.reshape(batch, n_kv_heads, group * tq, tk)
     out = torch.matmul(grouped_weights, v.to(compute))  # (B, Hkv, r*Tq, dv)

@@ -98,7 +98,6 @@ class AttentionBlock(nn.Module):
         cache: KVCache | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0].
 
@@ -107,8 +106,8 @@ class AttentionBlock(nn.Module):
         positions too (prefill with an empty cache at offset 0, then decode).
 
         A padded batch gives ``padding_mask`` (B, offset + T) bool, True for a real token, over the
-        whole sequence so far, and ``positions`` (B, T), each token's RoPE position in its own
-        sequence (otherwise offset, offset + 1, ... for every sequence)."""
+        whole sequence so far.  RoPE keeps the batch's positions offset, offset + 1, ...: its scores
+        depend only on the distance between two tokens, which padding does not change."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         if cache is not None and cache.window != self.window:
@@ -123,17 +122,20 @@ class AttentionBlock(nn.Module):
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
         q, k, v = self.qkv(self.norm(x)).split([q_width, kv_width, kv_width], dim=-1)
-        q = apply_rope(split_heads(q, cfg.n_heads), positions, offset=offset, base=cfg.rope_base)
-        k = apply_rope(split_heads(k, cfg.n_kv_heads), positions, offset=offset, base=cfg.rope_base)
+        q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
+        k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
         if cache is not None:
             k, v = cache.update(k, v, offset)  # (B, Hkv, held + T, d), the new positions last
         # the keys are the last k.shape[2] positions of the sequence so far
         keys_padding = None if padding_mask is None else padding_mask[:, -k.shape[2] :]
-        attn = scaled_dot_product_attention(
-            q, k, v, causal=True, window=self.window, sinks=self.sinks, padding_mask=keys_padding
+        attn = cast(
+            torch.Tensor,
+            scaled_dot_product_attention(
+                q, k, v, window=self.window, sinks=self.sinks, padding_mask=keys_padding
+            ),
         )
-        return x + self.out(merge_heads(cast(torch.Tensor, attn)))
+        return x + self.out(merge_heads(attn))
 
 
 class MLPBlock(nn.Module):
@@ -163,9 +165,8 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return self.mlp(self.attn(x, offset, cache, padding_mask=padding_mask, positions=positions))
+        return self.mlp(self.attn(x, offset, cache, padding_mask=padding_mask))
 
 
 class TransformerStack(nn.Module):
@@ -193,13 +194,12 @@ class TransformerStack(nn.Module):
         cache: list[KVCache] | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with ``cache`` (from new_cache), x continues a sequence at ``offset``;
-        a padded batch gives ``padding_mask`` and ``positions`` (AttentionBlock.forward)."""
+        a padded batch gives ``padding_mask`` (AttentionBlock.forward)."""
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the stack has {len(self.blocks)} layers but the cache has {len(cache)}")
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache[i]
-            x = block(x, offset, layer_cache, padding_mask=padding_mask, positions=positions)
+            x = block(x, offset, layer_cache, padding_mask=padding_mask)
         return x

@@ -3,8 +3,10 @@
     logits = head(RMSNorm(stack(dropout(embed(tokens)))))
 
 A padded batch comes with an attention mask (B, T): 1 for a real token, 0 for a pad, on either
-side.  No query attends a pad's key, and each sequence numbers its own real tokens from 0, so a
-real token's logits are those of its sequence run alone.  Decoding continues a sequence through
+side.  No query attends a pad's key, so a real token's logits are those of its sequence run alone.
+The positions stay the batch's (0, 1, ... for every sequence): RoPE's scores depend only on the
+distance between two tokens, which padding does not change (a model with absolute positions would
+count each sequence's own from the mask).  Decoding continues a sequence through
 the stack's KV caches; its attention mask then covers every token so far (B, offset + T).
 """
 
@@ -17,12 +19,6 @@ from torch import nn
 from .block import ModelConfig, TransformerStack
 from .cache import KVCache
 from .layers import RMSNorm
-
-
-def token_positions(padding_mask: torch.Tensor) -> torch.Tensor:
-    """Each token's position in its own sequence, (B, T) from a (B, T) bool mask: a real token's
-    position counts the real tokens before it; a pad before the first real token is at 0."""
-    return (padding_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 class LanguageModel(nn.Module):
@@ -51,11 +47,8 @@ class LanguageModel(nn.Module):
         sequence at ``offset``; ``attention_mask`` (B, offset + T) marks its real tokens with 1."""
         self.check(tokens, attention_mask, offset)
         h = F.dropout(self.embed(tokens), p=self.config.dropout, training=self.training)
-        padding_mask = positions = None
-        if attention_mask is not None:
-            padding_mask = attention_mask == 1
-            positions = token_positions(padding_mask)[:, offset:]
-        h = self.stack(h, offset, cache, padding_mask=padding_mask, positions=positions)
+        padding_mask = None if attention_mask is None else attention_mask == 1
+        h = self.stack(h, offset, cache, padding_mask=padding_mask)
         return self.head(self.norm(h))
 
     def check(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, offset: int) -> None:
@@ -63,8 +56,8 @@ class LanguageModel(nn.Module):
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
             raise TypeError(f"tokens must be integer token ids (B, T), got {_describe(tokens)}")
         vocab = self.config.vocab_size
-        low, high = (int(tokens.min()), int(tokens.max())) if tokens.numel() else (0, 0)
-        if not 0 <= low <= high < vocab:
+        if bool(((tokens < 0) | (tokens >= vocab)).any()):
+            low, high = int(tokens.min()), int(tokens.max())
             raise ValueError(f"token ids must be in [0, {vocab}), got ids from {low} to {high}")
         if attention_mask is None:
             return

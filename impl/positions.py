@@ -25,25 +25,17 @@ def apply_rope(
 ) -> torch.Tensor:
     """Rotate x (..., T, d) by its positions (default offset, offset+1, ...), half-split pairs.
 
-    Feature i is paired with feature i + d/2 and the pair is rotated by p * theta_i.  positions
-    are (T,), shared by every sequence, or (B, T) for heads x (B, H, T, d): each sequence's own
-    (a left-padded sequence starts at position 0 at its first real token).
+    Feature i is paired with feature i + d/2 and the pair is rotated by p * theta_i.
     """
     if x.dim() < 2:
         raise ValueError(f"apply_rope expects (..., T, d), got shape {tuple(x.shape)}")
     seq, head_dim = x.shape[-2], x.shape[-1]
     if positions is None:
         positions = torch.arange(offset, offset + seq, device=x.device)
-    per_sequence = x.dim() == 4 and positions.shape == (x.shape[0], seq)
-    if positions.shape != (seq,) and not per_sequence:
-        raise ValueError(
-            f"positions must have shape (T,) = ({seq},), or (B, T) for x (B, H, T, d), "
-            f"got {tuple(positions.shape)} for x {tuple(x.shape)}"
-        )
-    cos, sin = rope_cos_sin(positions.flatten(), head_dim, base)
+    elif positions.shape != (seq,):
+        raise ValueError(f"positions must have shape (T,) = ({seq},), got {tuple(positions.shape)}")
+    cos, sin = rope_cos_sin(positions, head_dim, base)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if per_sequence:
-        cos, sin = cos.view(x.shape[0], 1, seq, -1), sin.view(x.shape[0], 1, seq, -1)  # over the heads
     half = head_dim // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

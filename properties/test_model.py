@@ -19,7 +19,6 @@ from attnspec.impl import (
     AttentionBlock,
     LanguageModel,
     ModelConfig,
-    apply_rope,
     scaled_dot_product_attention,
 )
 from attnspec.properties.hypothesis_helpers import block_cases, randomize_, seeds
@@ -125,8 +124,19 @@ def small_model() -> LanguageModel:
         (torch.full((2, 4), -1), None, ValueError, ("[0, 10)", "-1")),
         (torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 3), ValueError, ("(2, 4)", "(2, 3)")),
         (torch.zeros(2, 4, dtype=torch.long), torch.full((2, 4), 2), ValueError, ("0 and 1",)),
+        (torch.zeros(2, 4, dtype=torch.long), [[1] * 4] * 2, ValueError, ("(2, 4)", "list")),
+        ([[0] * 4] * 2, None, TypeError, ("token ids", "list")),
     ],
-    ids=["float ids", "3-D ids", "id = V", "negative id", "mask shape", "mask values"],
+    ids=[
+        "float ids",
+        "3-D ids",
+        "id = V",
+        "negative id",
+        "mask shape",
+        "mask values",
+        "mask list",
+        "ids list",
+    ],
 )
 def test_the_model_refuses_bad_tokens_and_masks(small_model, tokens, mask, error, words):
     with torch.no_grad(), pytest.raises(error, match=message_names(*words)):
@@ -143,14 +153,16 @@ def test_the_model_accepts_the_edges_of_its_ranges(small_model):
 
 
 @pytest.mark.req("ERR-4")
-def test_padding_masks_of_the_wrong_shape_or_dtype_are_refused(small_model):
-    q = k = v = torch.zeros(2, 2, 3, 4)
+def test_padding_masks_of_the_wrong_kind_shape_or_device_are_refused(small_model):
+    q = k = v = torch.zeros(2, 1, 3, 4)  # B = 2, Tk = 3
     with pytest.raises(TypeError, match=message_names("padding_mask", "bool", "torch.int64")):
         scaled_dot_product_attention(q, k, v, padding_mask=torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=message_names("padding_mask", "list")):
+        scaled_dot_product_attention(q, k, v, padding_mask=[[True] * 3] * 2)
     with pytest.raises(ValueError, match=message_names("padding_mask", "(2, 3)", "(2, 4)")):
         scaled_dot_product_attention(q, k, v, padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=message_names("padding_mask", "meta", "cpu")):
+        scaled_dot_product_attention(q, k, v, padding_mask=torch.ones(2, 3, dtype=torch.bool, device="meta"))
     block: AttentionBlock = small_model.stack.blocks[0].attn
     with torch.no_grad(), pytest.raises(ValueError, match=message_names("padding_mask", "(2, 5)", "(2, 3)")):
         block(torch.zeros(2, 3, 8), offset=2, padding_mask=torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=message_names("positions", "(3, 3)", "(2, 1, 3, 4)")):
-        apply_rope(torch.zeros(2, 1, 3, 4), torch.zeros(3, 3, dtype=torch.long))
