@@ -892,7 +892,8 @@ def operator_padding_inverted(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         target = node.comparisons[0]
         value = literal_int(target.comparator)
         if value in (0, 1) and isinstance(target.operator, (cst.Equal, cst.NotEqual)):
-            if words(node.left) & {"mask", "attention"} and not words(node.left) & SIZE_WORDS:
+            named = words(node.left)
+            if "mask" in named and named & {"attention", "padding", "pad"} and not named & SIZE_WORDS:
                 flipped = target.with_changes(comparator=cst.Integer(str(1 - value)))
                 yield node.with_changes(comparisons=[flipped])
 

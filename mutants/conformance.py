@@ -205,7 +205,12 @@ def load_triage(target: str, path: Path = TRIAGE_FILE) -> dict[str, dict]:
             raise ConformanceError(
                 f"{path}: every [[survivor]] needs a target, a mutant and a reason: {entry}"
             )
-    return {entry["mutant"]: entry for entry in entries if entry["target"] == target}
+    return {entry["mutant"]: entry for entry in entries if target in targets_of(entry)}
+
+
+def targets_of(entry: dict) -> list[str]:
+    """A triage entry's targets: one name, or a list of them (a family's layer and model adapters)."""
+    return entry["target"] if isinstance(entry["target"], list) else [entry["target"]]
 
 
 def as_report_mutants(mutants: list[SiteMutant], results: dict) -> list[Mutant]:
