@@ -25,6 +25,7 @@ TARGETS = (
     "hf-mistral-model",
     "hf-qwen2-model",
     "hf-gptoss-model",
+    "flash-ref",
 )
 TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"
 README = REPO_ROOT / "README.md"

@@ -72,3 +72,13 @@ def where_in_blocks(wrong: torch.Tensor, tq: int, tk: int, window: int | None, c
             where.append(f"the causal diagonal {offset % size} keys off the block grid")
         words.append(f"in blocks of {size}: " + ", ".join(where))
     return "; ".join(words)
+
+
+def where_keys_in_blocks(wrong: torch.Tensor, tk: int, sizes) -> str:
+    """Where the wrong key rows (``wrong``: booleans, (Tk,)) of a key gradient sit in blocks of each size."""
+    keys = torch.nonzero(wrong).flatten().tolist()
+    if not keys:
+        return "no key row is wrong"
+    first, last = keys[0], keys[-1]
+    spans = "; ".join(f"in blocks of {size}: key {_span(first, last, size, tk)}" for size in sizes)
+    return f"{len(keys)} of {tk} key rows are wrong, keys {first}..{last}; {spans}"

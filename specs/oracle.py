@@ -119,6 +119,58 @@ def attention_oracle_by_rows(
     return out
 
 
+def attention_grad_oracle(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_out: torch.Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+    scale: float | None = None,
+    dtype: torch.dtype = GOLDEN,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(dq, dk, dv, dsinks) of the loss sum(out * d_out), one query row of every batch and head at a
+    time, from the derivative of the formula: with p the row's probabilities over its visible keys
+    (and its sink), out_i = sum_j p_j v_j, dp_j = d_out_i . v_j and D_i = sum_j p_j dp_j = d_out_i . out_i,
+
+        dv_j += p_j d_out_i     ds_j = p_j (dp_j - D_i)     dq_i += scale sum_j ds_j k_j
+        dk_j += scale ds_j q_i  dsink_h -= p_sink D_i
+
+    KV head g gathers the gradients of every query head it serves; a row that sees nothing adds 0."""
+    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    d_out = d_out.detach().cpu().to(dtype)
+    batch, n_heads, tq, _ = q.shape
+    tk = k.shape[2]
+    group = n_heads // k.shape[1]
+    sink_logits = None if sinks is None else sinks.detach().cpu().to(dtype)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dsinks = None if sinks is None else torch.zeros(n_heads, dtype=dtype)
+    for h in range(n_heads):
+        g = h // group  # the KV head that serves query head h
+        for i in range(tq):
+            keys = visible_keys(i, tq, tk, causal, window)
+            logits = (k[:, g, keys] * q[:, h, i, None, :]).sum(dim=-1) * scale  # (B, len(keys))
+            if sink_logits is not None:
+                logits = torch.cat([logits, sink_logits[h].expand(batch, 1)], dim=1)
+            if logits.shape[1] == 0 or bool((logits == -math.inf).all()):
+                continue  # nothing visible: no output, no gradient
+            row = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
+            row = row / row.sum(dim=1, keepdim=True)
+            p = row[:, : len(keys)]  # (B, keys)
+            out_i = (p[:, :, None] * v[:, g, keys]).sum(dim=1)  # (B, dv)
+            dp = (v[:, g, keys] * d_out[:, h, i, None, :]).sum(dim=-1)  # (B, keys)
+            big_d = (d_out[:, h, i] * out_i).sum(dim=-1, keepdim=True)  # (B, 1)
+            ds = p * (dp - big_d)
+            dv[:, g, keys] += p[:, :, None] * d_out[:, h, i, None, :]
+            dq[:, h, i] += scale * (ds[:, :, None] * k[:, g, keys]).sum(dim=1)
+            dk[:, g, keys] += scale * ds[:, :, None] * q[:, h, i, None, :]
+            if dsinks is not None:
+                dsinks[h] -= (row[:, -1:] * big_d).sum()
+    return dq, dk, dv, dsinks
+
+
 def rope_oracle(
     x: torch.Tensor,
     positions: list[int],

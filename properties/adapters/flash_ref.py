@@ -18,6 +18,12 @@ Like real kernels, it changes path with the problem size, and declares where:
 ``blocks`` and ``switches`` tell the properties (properties/test_kernels.py) where these boundaries
 are, so that their cases land on them.  fp16/bf16 are scored and accumulated in float32 and rounded
 once; float64 stays float64.
+
+The backward is written by hand, as training kernels write it (an autograd.Function): the forward
+saves each row's log-sum-exp L (its sink included), and the backward walks the same blocks, recomputes
+P = exp(S - L) block by block, and with D = rowsum(dO * O) forms dV += P^T dO, dS = P * (dO V^T - D),
+dQ += dS K * scale, dK += dS^T Q * scale; each KV head sums the gradients of the query heads it serves,
+and a sink's gradient is -sum P_sink D over its head's rows.
 """
 
 from __future__ import annotations
@@ -60,24 +66,35 @@ class FlashReference:
     # --- the call ------------------------------------------------------------------------------
 
     def attention(self, q, k, v, *, causal=True, window=None, sinks=None, scale=None):
-        batch, n_heads, tq, head_dim = q.shape
-        n_kv_heads, tk = k.shape[1], k.shape[2]
+        n_heads, n_kv_heads = q.shape[1], k.shape[1]
         if n_heads % n_kv_heads:
             raise ValueError(f"{n_heads} query heads cannot be grouped over {n_kv_heads} KV heads")
-        dtype = q.dtype
-        work = self.work_dtype(dtype)
-        scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        return BlockedAttention.apply(self, q, k, v, sinks, causal, window, scale)
+
+    def prepare(self, q, k, v, sinks, causal, window, scale) -> tuple[Problem, torch.Tensor | None]:
+        """The problem in the working dtype, K and V gathered per query head, and the sink logits."""
+        n_heads, n_kv_heads = q.shape[1], k.shape[1]
+        work = self.work_dtype(q.dtype)
         heads = self.kv_heads(n_heads, n_kv_heads, q.device)
         q, k, v = q.to(work), k[:, heads].to(work), v[:, heads].to(work)
         sink = None if sinks is None else sinks.to(device=q.device, dtype=work).view(1, n_heads, 1, 1)
-        problem = self.problem(q * scale, k, v, causal, window, tk - tq)
-        if tq < self.decode_below and tk >= self.split_from:
-            return self.split_keys(problem, sink).to(dtype)
-        out = v.new_zeros(batch, n_heads, tq, v.shape[-1])
+        return self.problem(q * scale, k, v, causal, window, k.shape[2] - q.shape[2], scale), sink
+
+    def forward_pass(self, problem: Problem, sink) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the output (B, Hq, Tq, dv), each row's log-sum-exp (B, Hq, Tq, 1)) in the working dtype."""
+        tq = problem.tq
+        if tq < self.decode_below and problem.tk >= self.split_from:
+            state = self.split_keys(problem, sink)
+            return self.finish(state), self.log_sum_exp(state)
+        batch, n_heads, _, dv = problem.v.shape
+        out = problem.v.new_zeros(batch, n_heads, tq, dv)
+        lse = problem.v.new_zeros(batch, n_heads, tq, 1)
         for start in self.query_starts(tq):
             stop = min(start + self.block_q, tq)
-            out[:, :, start:stop] = self.query_block(problem, start, stop, sink)
-        return out.to(dtype)
+            state = self.query_block(problem, start, stop, sink)
+            out[:, :, start:stop], lse[:, :, start:stop] = self.finish(state), self.log_sum_exp(state)
+        return out, lse
 
     def work_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """fp16/bf16 are scored and accumulated in float32; float32 and float64 in themselves."""
@@ -93,13 +110,13 @@ class FlashReference:
 
     # --- one query block -----------------------------------------------------------------------
 
-    def query_block(self, problem: Problem, start: int, stop: int, sink) -> torch.Tensor:
-        """The outputs of queries start .. stop-1 (B, Hq, stop - start, dv)."""
+    def query_block(self, problem: Problem, start: int, stop: int, sink):
+        """The running statistics (m, total, acc) of queries start .. stop-1 after every key they see."""
         lo, hi = problem.key_range(start, stop)
         state = self.empty(problem, stop - start, sink)
         for first, last in self.key_blocks(lo, hi, problem.tk):
             state = self.update(state, *self.scores(problem, start, stop, first, last))
-        return self.finish(state)
+        return state
 
     def key_block(self, tk: int) -> int:
         """The key block size: wider blocks for long sequences."""
@@ -147,13 +164,20 @@ class FlashReference:
             total > 0, acc / torch.where(total > 0, total, torch.ones_like(total)), torch.zeros_like(acc)
         )
 
+    def log_sum_exp(self, state) -> torch.Tensor:
+        """L = m + log(total), the sink included.  A query that saw nothing keeps L = 0: its logits are
+        all -inf, so the backward's P = exp(S - L) is 0 there with no guard."""
+        m, total, _ = state
+        seen = total > 0
+        return torch.where(seen, m + torch.log(torch.where(seen, total, torch.ones_like(total))), 0.0)
+
     # --- the decode path -----------------------------------------------------------------------
 
-    def split_keys(self, problem: Problem, sink) -> torch.Tensor:
+    def split_keys(self, problem: Problem, sink):
         """Few queries over many keys: the visible keys in ``splits`` parts, each reduced on its own
         from empty statistics, then the parts combined (and the sink counted once)."""
         parts = self.parts(problem, lambda: self.empty(problem, problem.tq, None))
-        return self.finish(self.combine(parts, self.empty(problem, problem.tq, sink)))
+        return self.combine(parts, self.empty(problem, problem.tq, sink))
 
     def parts(self, problem: Problem, start) -> list:
         """The statistics of each part of the visible keys (whole key blocks), each from ``start()``."""
@@ -171,23 +195,97 @@ class FlashReference:
     def combine(self, parts, start):
         """The statistics of all parts together: every part rescaled to the largest maximum."""
         ms = torch.stack([start[0], *(m for m, _, _ in parts)])
-        top = ms.amax(dim=0)
-        base = torch.where(top == -math.inf, torch.zeros_like(top), top)
+        top = ms.amax(dim=0)  # finite: every decode query sees a key (its own position) in some part
         total = torch.zeros_like(start[1])
         acc = torch.zeros_like(start[2])
         for m, part_total, part_acc in [start, *parts]:
-            factor = torch.exp(m - base)
+            factor = torch.exp(m - top)
             total = total + factor * part_total
             acc = acc + factor * part_acc
         return top, total, acc
+
+    # --- the backward -----------------------------------------------------------------------------
+
+    def backward_pass(self, problem: Problem, sink, out, lse, d_out):
+        """(dq, dk, dv, dsinks) per query head, in the working dtype: query block by query block over
+        the key blocks the forward visited, P recomputed from the saved log-sum-exp."""
+        d_out = d_out.to(out.dtype)
+        big_d = self.row_deltas(out, d_out)
+        dq = torch.zeros_like(problem.q)
+        dk, dv = torch.zeros_like(problem.k), torch.zeros_like(problem.v)
+        for start in self.query_starts(problem.tq):
+            stop = min(start + self.block_q, problem.tq)
+            lo, hi = problem.key_range(start, stop)
+            rows = slice(start, stop)
+            for first, last in self.key_blocks(lo, hi, problem.tk):
+                s, values = self.recomputed_scores(problem, start, stop, first, last)
+                p = self.probabilities(s, lse[:, :, rows])
+                dv[:, :, first:last] += p.transpose(-2, -1) @ d_out[:, :, rows]
+                ds = p * (d_out[:, :, rows] @ values.transpose(-2, -1) - big_d[:, :, rows])
+                dq[:, :, rows] += self.query_gradient(ds, problem.k[:, :, first:last], problem.scale)
+                dk[:, :, first:last] += self.key_gradient(ds, problem.q[:, :, rows], problem.scale)
+        return dq, dk, dv, self.sink_gradient(sink, lse, big_d)
+
+    def recomputed_scores(self, problem: Problem, start: int, stop: int, first: int, last: int):
+        """The forward's masked logits of one block, computed again (nothing of S is saved)."""
+        return self.scores(problem, start, stop, first, last)
+
+    def query_gradient(self, ds: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Tensor:
+        """A key block's share of dQ: dS K * scale."""
+        return ds @ keys * scale
+
+    def key_gradient(self, ds: torch.Tensor, scaled_queries: torch.Tensor, scale: float) -> torch.Tensor:
+        """A query block's share of dK: dS^T Q * scale (the problem's queries carry the scale already)."""
+        return ds.transpose(-2, -1) @ scaled_queries
+
+    def row_deltas(self, out: torch.Tensor, d_out: torch.Tensor) -> torch.Tensor:
+        """D = rowsum(dO * O) over the value features: (B, Hq, Tq, 1)."""
+        return (d_out * out).sum(dim=-1, keepdim=True)
+
+    def probabilities(self, s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+        """P = exp(S - L), the forward's weights (0 where masked)."""
+        return torch.exp(s - lse)
+
+    def sink_gradient(self, sink, lse: torch.Tensor, big_d: torch.Tensor) -> torch.Tensor | None:
+        """d loss / d sink_h = -sum over the head's rows of P_sink D (P_sink = exp(sink - L))."""
+        if sink is None:
+            return None
+        return -(self.probabilities(sink, lse) * big_d).sum(dim=(0, 2, 3))
+
+    def fold_heads(self, grad: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+        """A KV head's gradient: the sum over the query heads it serves (h // r reads head g)."""
+        batch, n_heads, length, width = grad.shape
+        return grad.view(batch, n_kv_heads, n_heads // n_kv_heads, length, width).sum(dim=2)
+
+
+class BlockedAttention(torch.autograd.Function):
+    """The kernel's forward (saving each row's log-sum-exp) and its hand-written backward."""
+
+    @staticmethod
+    def forward(ctx, kernel: FlashReference, q, k, v, sinks, causal, window, scale):
+        problem, sink = kernel.prepare(q, k, v, sinks, causal, window, scale)
+        out, lse = kernel.forward_pass(problem, sink)
+        ctx.kernel, ctx.conventions = kernel, (causal, window, scale)
+        ctx.save_for_backward(q, k, v, sinks, out, lse)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, sinks, out, lse = ctx.saved_tensors
+        kernel = ctx.kernel
+        problem, sink = kernel.prepare(q, k, v, sinks, *ctx.conventions)
+        dq, dk, dv, dsinks = kernel.backward_pass(problem, sink, out, lse, d_out)
+        dk, dv = kernel.fold_heads(dk, k.shape[1]), kernel.fold_heads(dv, k.shape[1])
+        dsinks = None if dsinks is None else dsinks.to(sinks.dtype)
+        return None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsinks, None, None, None
 
 
 class Problem:
     """The (scaled) queries, the keys and values per query head, and the mask's geometry: query i
     sits at position offset + i (offset = Tk - Tq, bottom-right) and sees keys p - W < j <= p."""
 
-    def __init__(self, q, k, v, causal: bool, window: int | None, offset: int) -> None:
-        self.q, self.k, self.v = q, k, v
+    def __init__(self, q, k, v, causal: bool, window: int | None, offset: int, scale: float = 1.0) -> None:
+        self.q, self.k, self.v, self.scale = q, k, v, scale
         self.causal, self.window, self.offset = causal, window, offset
         self.tq, self.tk = q.shape[2], k.shape[2]
 
@@ -224,6 +322,8 @@ TARGET = Target(
     KERNEL.attention,
     KERNEL.capabilities,
     "a flash-style reference kernel: online softmax over key blocks, skipped blocks, split-KV decode",
+    # what a conformance campaign mutates: the kernel, its backward included
+    sources=("attnspec.properties.adapters.flash_ref",),
     blocks=KERNEL.blocks,
     switches=KERNEL.switches,
 )

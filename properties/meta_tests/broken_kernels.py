@@ -144,7 +144,7 @@ class SinkInEverySplit(FlashReference):
 
     def split_keys(self, problem, sink):
         parts = self.parts(problem, lambda: self.empty(problem, problem.tq, sink))
-        return self.finish(self.combine(parts, self.empty(problem, problem.tq, None)))
+        return self.combine(parts, self.empty(problem, problem.tq, None))
 
 
 class SplitsNotRescaled(FlashReference):
