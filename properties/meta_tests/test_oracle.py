@@ -8,6 +8,7 @@ import torch
 
 from attnspec.specs import REQUIREMENTS, load_requirements
 from attnspec.specs.oracle import (
+    attention_grad_oracle,
     attention_oracle,
     attention_oracle_by_rows,
     mask_oracle,
@@ -90,3 +91,36 @@ def test_the_row_oracle_is_the_logit_oracle():
             expected, _ = attention_oracle(q, k, v, causal=causal, window=window, **kwargs)
             rows = attention_oracle_by_rows(q, k, v, causal=causal, window=window, **kwargs)
             assert torch.allclose(rows, expected, rtol=0, atol=1e-14), (tq, tk, window, causal, kwargs)
+
+
+def dense_attention(q, k, v, *, causal, window, sinks=None, scale=None):
+    """softmax(q k^T * scale + M, sink) v written densely, differentiable (a row that sees nothing: 0)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    logits = (q @ k.mT * scale).masked_fill(~mask_oracle(q.shape[2], k.shape[2], causal, window), -math.inf)
+    if sinks is not None:
+        logits = torch.cat([logits, sinks[None, :, None, None].expand(*logits.shape[:3], 1)], dim=-1)
+    seen = (logits > -math.inf).any(dim=-1, keepdim=True)
+    weights = torch.softmax(torch.where(seen, logits, 0.0), dim=-1) * seen
+    return weights[..., : k.shape[2]] @ v
+
+
+def test_the_gradient_oracle_is_autograd_through_the_formula():
+    # GRAD-2's golden gradients are the derivative of the formula written row by row: on small cases with
+    # every switch (decode, blind queries, GQA, windows, sinks of -inf and not, an explicit scale, non-causal)
+    # they must be autograd's gradients of the dense formula.
+    gen = torch.Generator().manual_seed(6)
+    for tq, tk, window, causal in [(5, 5, None, True), (2, 7, 3, True), (6, 4, 2, True), (3, 6, None, False)]:
+        q = torch.randn(2, 6, tq, 3, generator=gen, dtype=torch.float64).requires_grad_()
+        k = torch.randn(2, 2, tk, 3, generator=gen, dtype=torch.float64).requires_grad_()
+        v = torch.randn(2, 2, tk, 4, generator=gen, dtype=torch.float64).requires_grad_()
+        d_out = torch.randn(2, 6, tq, 4, generator=gen, dtype=torch.float64)
+        sinks = torch.tensor([0.5, -math.inf, 2.0, -1.0, 0.0, 1.5], dtype=torch.float64, requires_grad=True)
+        for kwargs in ({}, {"sinks": sinks}, {"scale": 0.7}):
+            out = dense_attention(q, k, v, causal=causal, window=window, **kwargs)
+            leaves = [q, k, v] + ([sinks] if "sinks" in kwargs else [])
+            expected = torch.autograd.grad((out * d_out).sum(), leaves)
+            got = attention_grad_oracle(q, k, v, d_out, causal=causal, window=window, **kwargs)
+            for name, want, have in zip(("dq", "dk", "dv", "dsinks"), expected, got, strict=False):
+                assert torch.allclose(have, want, rtol=0, atol=1e-13), (name, tq, tk, window, causal, kwargs)
