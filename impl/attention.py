@@ -59,7 +59,7 @@ def check_attention_inputs(
             raise ValueError(f"sinks on {sinks.device} but q on {q.device}")
     if padding_mask is not None:
         if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool:
-            raise TypeError(f"padding_mask must be a bool tensor (B, Tk), got {_describe(padding_mask)}")
+            raise TypeError(f"padding_mask must be a bool tensor (B, Tk), got {describe(padding_mask)}")
         if padding_mask.shape != (k.shape[0], k.shape[2]):
             raise ValueError(
                 f"padding_mask must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), "
@@ -69,9 +69,10 @@ def check_attention_inputs(
             raise ValueError(f"padding_mask on {padding_mask.device} but q on {q.device}")
 
 
-def _describe(t: object) -> str:
+def describe(t: object) -> str:
+    """A value as an error message names it: a tensor's shape, dtype and device, else its type."""
     if isinstance(t, torch.Tensor):
-        return f"{t.dtype} tensor of shape {tuple(t.shape)}"
+        return f"shape {tuple(t.shape)} {t.dtype} on {t.device}"
     return type(t).__name__
 
 

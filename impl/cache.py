@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention import describe
 from .masks import check_window
 
 
@@ -94,11 +95,11 @@ class KVCache:
         """Raise a ValueError or TypeError naming what does not fit the cache."""
         for name, t in (("k", k), ("v", v)):
             if not isinstance(t, torch.Tensor) or t.dim() != 4:
-                raise ValueError(f"{name} must be a 4-D tensor (B, Hkv, T, d), got {_describe(t)}")
+                raise ValueError(f"{name} must be a 4-D tensor (B, Hkv, T, d), got {describe(t)}")
         if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v do not match: k {_describe(k)}, v {_describe(v)}")
+            raise ValueError(f"k and v do not match: k {describe(k)}, v {describe(v)}")
         if k.shape[2] < 1:
-            raise ValueError(f"nothing to write: k has 0 positions, {_describe(k)}")
+            raise ValueError(f"nothing to write: k has 0 positions, {describe(k)}")
         if isinstance(offset, bool) or not isinstance(offset, int) or offset != self.length:
             raise ValueError(
                 f"offset={offset!r} does not match the cache: it has seen {self.length} positions, "
@@ -124,9 +125,3 @@ class KVCache:
             raise TypeError(f"dtype {k.dtype} does not match the cache's {keys.dtype}")
         if k.device != keys.device:
             raise ValueError(f"device {k.device} does not match the cache's {keys.device}")
-
-
-def _describe(t: object) -> str:
-    if isinstance(t, torch.Tensor):
-        return f"shape {tuple(t.shape)} {t.dtype} on {t.device}"
-    return type(t).__name__

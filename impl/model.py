@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import describe
 from .block import ModelConfig, TransformerStack
 from .cache import KVCache
 from .layers import RMSNorm
@@ -54,7 +55,7 @@ class LanguageModel(nn.Module):
     def check(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, offset: int) -> None:
         """Raise a ValueError or TypeError naming what does not fit the model."""
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-            raise TypeError(f"tokens must be integer token ids (B, T), got {_describe(tokens)}")
+            raise TypeError(f"tokens must be integer token ids (B, T), got {describe(tokens)}")
         vocab = self.config.vocab_size
         if bool(((tokens < 0) | (tokens >= vocab)).any()):
             low, high = int(tokens.min()), int(tokens.max())
@@ -65,13 +66,7 @@ class LanguageModel(nn.Module):
         if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != expected:
             raise ValueError(
                 f"attention_mask must be (B, offset + T) = {expected}: 1 for a real token, 0 for a pad, "
-                f"got {_describe(attention_mask)}"
+                f"got {describe(attention_mask)}"
             )
         if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
             raise ValueError("attention_mask holds values other than 0 and 1")
-
-
-def _describe(t: object) -> str:
-    if isinstance(t, torch.Tensor):
-        return f"{t.dtype} tensor of shape {tuple(t.shape)}"
-    return type(t).__name__

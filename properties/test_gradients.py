@@ -37,6 +37,8 @@ from attnspec.specs.tolerance import golden_bound
 
 TARGET = current()
 pytestmark = pytest.mark.needs("grad")
+# impl's explicit and tiled paths each run GRAD-1 and GRAD-2 (conftest.py's attention_path fixture)
+both_paths = pytest.mark.usefixtures("attention_path")
 SIZES = block_sizes(TARGET)
 NAMES = ("dQ", "dK", "dV", "dsinks")
 B = SIZES[0]
@@ -121,6 +123,7 @@ def backward_cases(draw: st.DrawFn) -> AttnCase:
 
 
 @pytest.mark.req("GRAD-2")
+@both_paths
 @pytest.mark.parametrize("dtype", grad_dtypes(), ids=str)
 @example(case=BLOCK_PLUS_ONE, seed=1, sink_shift=0.0)
 @example(case=DECODE, seed=2, sink_shift=12.0)
@@ -214,6 +217,7 @@ def test_gradients_ignore_the_upstream_of_queries_that_cannot_see(case, seed, sp
 
 
 @pytest.mark.req("GRAD-1")
+@both_paths
 @pytest.mark.needs("float64")
 @example(seed=0, window=2, tq=6, use_sinks=True, scale=None)
 @example(seed=1, window=None, tq=4, use_sinks=False, scale=None)

@@ -99,24 +99,30 @@ def attention_oracle_by_rows(
     takes seconds.  The row's logits are q_i . k_j * scale over the keys visible_keys names, the sink
     appended, and the softmax spelled out."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
+    for h, g, i, keys, row in _softmax_rows(q, k, causal, window, sinks, scale):
+        out[:, h, i] = (row[:, : len(keys), None] * v[:, g, keys]).sum(dim=1)
+    return out
+
+
+def _softmax_rows(q, k, causal: bool, window: int | None, sinks, scale: float):
+    """For each query head h and query i that sees something: (h, g, i, keys, row), with g the KV head
+    that serves h, keys the visible keys and row (B, len(keys), + 1 with sinks) the softmax of
+    q_i . k_j * scale over them, the sink last, spelled out."""
     batch, n_heads, tq, _ = q.shape
-    tk, dv = k.shape[2], v.shape[3]
     group = n_heads // k.shape[1]
-    sink_logits = None if sinks is None else sinks.detach().cpu().to(dtype)
-    out = torch.zeros(batch, n_heads, tq, dv, dtype=dtype)
+    sink_logits = None if sinks is None else sinks.detach().cpu().to(q.dtype)
     for h in range(n_heads):
         g = h // group  # the KV head that serves query head h
         for i in range(tq):
-            keys = visible_keys(i, tq, tk, causal, window)
+            keys = visible_keys(i, tq, k.shape[2], causal, window)
             logits = (k[:, g, keys] * q[:, h, i, None, :]).sum(dim=-1) * scale  # (B, len(keys))
             if sink_logits is not None:
                 logits = torch.cat([logits, sink_logits[h].expand(batch, 1)], dim=1)
             if logits.shape[1] == 0 or bool((logits == -math.inf).all()):
-                continue  # nothing visible: zero output
+                continue  # nothing visible: no output, no gradient
             row = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
-            row = row / row.sum(dim=1, keepdim=True)
-            out[:, h, i] = (row[:, : len(keys), None] * v[:, g, keys]).sum(dim=1)
-    return out
+            yield h, g, i, keys, row / row.sum(dim=1, keepdim=True)
 
 
 def attention_grad_oracle(
@@ -141,33 +147,19 @@ def attention_grad_oracle(
     KV head g gathers the gradients of every query head it serves; a row that sees nothing adds 0."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     d_out = d_out.detach().cpu().to(dtype)
-    batch, n_heads, tq, _ = q.shape
-    tk = k.shape[2]
-    group = n_heads // k.shape[1]
-    sink_logits = None if sinks is None else sinks.detach().cpu().to(dtype)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    dsinks = None if sinks is None else torch.zeros(n_heads, dtype=dtype)
-    for h in range(n_heads):
-        g = h // group  # the KV head that serves query head h
-        for i in range(tq):
-            keys = visible_keys(i, tq, tk, causal, window)
-            logits = (k[:, g, keys] * q[:, h, i, None, :]).sum(dim=-1) * scale  # (B, len(keys))
-            if sink_logits is not None:
-                logits = torch.cat([logits, sink_logits[h].expand(batch, 1)], dim=1)
-            if logits.shape[1] == 0 or bool((logits == -math.inf).all()):
-                continue  # nothing visible: no output, no gradient
-            row = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
-            row = row / row.sum(dim=1, keepdim=True)
-            p = row[:, : len(keys)]  # (B, keys)
-            out_i = (p[:, :, None] * v[:, g, keys]).sum(dim=1)  # (B, dv)
-            dp = (v[:, g, keys] * d_out[:, h, i, None, :]).sum(dim=-1)  # (B, keys)
-            big_d = (d_out[:, h, i] * out_i).sum(dim=-1, keepdim=True)  # (B, 1)
-            ds = p * (dp - big_d)
-            dv[:, g, keys] += p[:, :, None] * d_out[:, h, i, None, :]
-            dq[:, h, i] += scale * (ds[:, :, None] * k[:, g, keys]).sum(dim=1)
-            dk[:, g, keys] += scale * ds[:, :, None] * q[:, h, i, None, :]
-            if dsinks is not None:
-                dsinks[h] -= (row[:, -1:] * big_d).sum()
+    dsinks = None if sinks is None else torch.zeros(q.shape[1], dtype=dtype)
+    for h, g, i, keys, row in _softmax_rows(q, k, causal, window, sinks, scale):
+        p = row[:, : len(keys)]  # (B, keys)
+        out_i = (p[:, :, None] * v[:, g, keys]).sum(dim=1)  # (B, dv)
+        dp = (v[:, g, keys] * d_out[:, h, i, None, :]).sum(dim=-1)  # (B, keys)
+        big_d = (d_out[:, h, i] * out_i).sum(dim=-1, keepdim=True)  # (B, 1)
+        ds = p * (dp - big_d)
+        dv[:, g, keys] += p[:, :, None] * d_out[:, h, i, None, :]
+        dq[:, h, i] += scale * (ds[:, :, None] * k[:, g, keys]).sum(dim=1)
+        dk[:, g, keys] += scale * ds[:, :, None] * q[:, h, i, None, :]
+        if dsinks is not None:
+            dsinks[h] -= (row[:, -1:] * big_d).sum()
     return dq, dk, dv, dsinks
 
 

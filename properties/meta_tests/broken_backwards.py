@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from attnspec.properties.adapters.flash_ref import FlashReference, Problem
-from attnspec.properties.targets import Target
+from attnspec.properties.meta_tests.broken_kernels import broken
 
 
 class DeltasOverTheWrongAxis(FlashReference):
@@ -115,17 +115,5 @@ BUGS = {
 }
 
 
-def broken(name: str) -> Target:
-    kernel = BUGS[name].kernel()
-    return Target(
-        name,
-        kernel.attention,
-        kernel.capabilities,
-        BUGS[name].kernel.__doc__ or "",
-        blocks=kernel.blocks,
-        switches=kernel.switches,
-    )
-
-
 for _name in BUGS:
-    globals()[_name] = broken(_name)
+    globals()[_name] = broken(_name, BUGS)

@@ -225,16 +225,13 @@ BUGS = {
 }
 
 
-def broken(name: str) -> Target:
-    kernel = BUGS[name].kernel()
-    return Target(
-        name,
-        kernel.attention,
-        kernel.capabilities,
-        BUGS[name].kernel.__doc__ or "",
-        blocks=kernel.blocks,
-        switches=kernel.switches,
-    )
+def broken(name: str, bugs=None) -> Target:
+    """The target of broken copy ``name`` of ``bugs`` (this module's BUGS, or broken_backwards')."""
+    bug = (BUGS if bugs is None else bugs)[name]
+    kernel = bug.kernel()
+    about = bug.kernel.__doc__ or ""
+    geometry = dict(blocks=kernel.blocks, switches=kernel.switches)
+    return Target(name, kernel.attention, kernel.capabilities, about, **geometry)
 
 
 for _name in BUGS:
