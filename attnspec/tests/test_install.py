@@ -30,6 +30,20 @@ def attention(q, k, v, **kwargs):
 attention.capabilities = toy.attention.capabilities
 """
 
+# A user's training kernel: the wheel's flash-style reference with a backward that forgets dK's scale.
+BACKWARD = """
+from attnspec.properties.adapters.flash_ref import FlashReference
+from attnspec.properties.targets import Target
+
+
+class KeysUnscaled(FlashReference):
+    def key_gradient(self, ds, scaled_queries, scale):
+        return ds.transpose(-2, -1) @ (scaled_queries / scale)
+
+
+kernel = KeysUnscaled()
+TARGET = Target("keys-unscaled", kernel.attention, kernel.capabilities, blocks=kernel.blocks)
+"""
 MISTAKES = """
 import toy
 
@@ -101,6 +115,7 @@ def user_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("user")
     (cwd / "toy.py").write_text(TOY)
     (cwd / "broken.py").write_text(BROKEN)
+    (cwd / "backward.py").write_text(BACKWARD)
     (cwd / "mistakes.py").write_text(MISTAKES)
     (cwd / "typo.py").write_text("def attention(q, k, v\n    return q\n")
     for example in MODULE_EXAMPLES:
@@ -158,6 +173,17 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
     # the JUnit report names the failing test's requirements too
     junit = (user_dir / "report.xml").read_text()
     assert re.search(f'name="requirements" value="[^"]*{found.group(1)}', junit), junit[:2000]
+
+
+def test_a_broken_backward_fails_naming_the_gradient(attnspec_command: Path, user_dir: Path):
+    """The gradient properties come with the wheel: the reference's backward passes them, and a backward
+    that forgets dK's scale fails GRAD-2 saying which gradient is wrong."""
+    passed = check(attnspec_command, user_dir, "flash-ref", "-k", "test_gradients")
+    assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
+    done = check(attnspec_command, user_dir, "backward:TARGET", "-k", "test_gradients_match", "--tb", "short")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "breaks GRAD-2" in done.stdout.strip().splitlines()[-1], done.stdout[-2000:]
+    assert "wrong gradients: dK" in done.stdout, done.stdout[-3000:]
 
 
 @pytest.mark.parametrize(
