@@ -59,9 +59,14 @@ def words(node: cst.CSTNode) -> set[str]:
     """The lower-case words of every identifier in ``node``: kv_idx -> {kv, idx}, keyPos -> {key, pos}."""
     found: set[str] = set()
     for name in names_in(node):
-        spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-        found.update(w for w in re.split(r"[_\d]+", spaced.lower()) if w)
+        found |= name_words(name)
     return found
+
+
+def name_words(name: str) -> set[str]:
+    """The lower-case words of one name or string key: attention_mask -> {attention, mask}."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return {w for w in re.split(r"[^a-z]+", spaced.lower()) if w}
 
 
 def func_name(func: cst.BaseExpression) -> str:
@@ -904,16 +909,22 @@ CACHE_WORDS = {"cache", "past", "cached"}
 
 def mask_name(name: str) -> bool:
     """attention_mask, padding_mask, attn_mask, mask: a mask itself (not or_mask_function, a mask's maker)."""
-    named = words(cst.Name(name))
+    named = name_words(name)
     return bool(named & MASK_NAMES) and not named & {"function", "fn", "factory"}
+
+
+def dict_key(element: cst.BaseDictElement) -> str:
+    """The key of {"key": value} when it is a plain string literal, else ''."""
+    key = element.key if isinstance(element, cst.DictElement) else None
+    value = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+    return value if isinstance(value, str) else ""
 
 
 def cache_expression(node: cst.Call | cst.Dict) -> cst.BaseExpression | None:
     """The cache handed on with a mask: cache=..., past_key_values=..., or a positional layer_cache."""
     if isinstance(node, cst.Dict):
         for element in node.elements:
-            key = element.key if isinstance(element, cst.DictElement) else None
-            if isinstance(key, cst.SimpleString) and words(cst.Name(key.evaluated_value)) & CACHE_WORDS:
+            if name_words(dict_key(element)) & CACHE_WORDS:
                 return element.value
         return None
     for arg in node.args:
@@ -945,8 +956,7 @@ def operator_mask_dropped_with_cache(node: cst.CSTNode) -> Iterator[cst.CSTNode]
                     yield replace_arg(node, arg, dropped_with(cache, arg.value))
         return
     for element in node.elements:
-        key = element.key if isinstance(element, cst.DictElement) else None
-        if isinstance(key, cst.SimpleString) and mask_name(key.evaluated_value):
+        if mask_name(dict_key(element)):
             changed = element.with_changes(value=dropped_with(cache, element.value))
             yield node.with_changes(elements=[changed if e is element else e for e in node.elements])
 

@@ -97,6 +97,16 @@ def attn_cases(
     return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks))
 
 
+@st.composite
+def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
+    """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
+    can see no key at all."""
+    case = draw(attn_cases(max_t=max_t))
+    if not current().supports("blind"):
+        return case  # queries that see no key are beyond the target (the blind-query tests need it)
+    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
+
+
 def _with_switches(draw: st.DrawFn, *sizes: int, windows: bool, sinks: bool) -> AttnCase:
     """The case of ``sizes`` (batch, Hq, Hkv, Tq, Tk, d, dv) with a window, sinks, magnitude and seed."""
     tk = sizes[4]

@@ -21,6 +21,7 @@ from attnspec.properties.hypothesis_helpers import (
     LOW_PRECISION,
     AttnCase,
     attn_cases,
+    blind_query_cases,
     causal_flags,
     declared_dtypes,
     distinct_attn_cases,
@@ -66,16 +67,6 @@ def problem(case: AttnCase, dtype: torch.dtype, device: torch.device, causal: bo
     require_dtype(dtype, device)
     q, k, v, sinks = case.make(device, dtype)
     return q, k, v, dict(causal=causal, window=case.window if causal else None, sinks=sinks, scale=scale)
-
-
-@st.composite
-def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
-    """Tq > Tk under the causal mask: the first Tq - Tk queries (absolute positions < 0)
-    can see no key at all."""
-    case = draw(attn_cases(max_t=max_t))
-    if not TARGET.supports("blind"):
-        return case  # queries that see no key are beyond the target (the blind-query tests need it)
-    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
 
 
 # (output, weights): the output of a plain call (impl's tiled path where it applies) and the weights

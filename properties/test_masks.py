@@ -9,7 +9,6 @@ impl's attention paths.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from attnspec.impl import additive_mask, attention_mask, layer_window, scaled_do
 from attnspec.properties.hypothesis_helpers import (
     AttnCase,
     attn_cases,
+    blind_query_cases,
     full_precision,
     seeds,
     spanning_tiles,
@@ -252,13 +252,6 @@ def test_even_schedule_alternates(n_layers, window):
         assert (a is None) != (b is None), f"the schedule {schedule} does not alternate windowed / full"
 
 
-@st.composite
-def blind_query_cases(draw: st.DrawFn) -> AttnCase:
-    """Tq > Tk: the first Tq - Tk queries see no key, padded or not."""
-    case = draw(attn_cases(max_t=6))
-    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
-
-
 # --- ATTN-13: a padding mask (impl's own argument) -----------------------------------------------
 
 
@@ -272,7 +265,7 @@ def padding_masks(case: AttnCase, seed: int, real: float, device) -> torch.Tenso
 @both_paths
 @example(case=spanning_tiles(), seed=2, real=0.5, dtype=torch.float32)
 @given(
-    case=st.one_of(attn_cases(), blind_query_cases()),
+    case=st.one_of(attn_cases(), blind_query_cases(max_t=6)),
     seed=seeds,
     real=st.sampled_from([0.0, 0.4, 0.7, 1.0]),
     dtype=st.sampled_from(full_precision()),

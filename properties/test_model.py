@@ -71,9 +71,9 @@ def test_logits_are_the_head_of_the_normed_stack(case, vocab_size, dtype, device
 
 
 @pytest.mark.req("LM-1")
-@given(case=block_cases(), seed=seeds)
-def test_a_mask_of_ones_changes_nothing(case, seed, device):
-    """All tokens real: the padding mask and the positions it gives (0, 1, ...) are the unpadded ones."""
+@given(case=block_cases())
+def test_a_mask_of_ones_changes_nothing(case, device):
+    """All tokens real: the padding mask hides nothing, bitwise."""
     model = model_of(case, 11, torch.float64, device)
     tokens = tokens_of(case, 11, device)
     ones = torch.ones_like(tokens)
@@ -91,7 +91,8 @@ def test_dropout_acts_in_training_only(case, seed, device):
     eval mode switches it off: the logits of a model built without dropout."""
     model = model_of(case, 13, torch.float64, device, dropout=0.5)
     plain = model_of(case, 13, torch.float64, device)
-    tokens = tokens_of(case, 13, device)
+    # 32 tokens: two dropout masks over at least 8 x 32 features never agree (2^-256), whatever the seed
+    tokens = tokens_of(replace(case, batch=2, seq=16), 13, device)
     with torch.no_grad():
         assert_exactly_equal(model(tokens), plain(tokens), "eval-mode logits with dropout 0.5 vs without")
         model.train()

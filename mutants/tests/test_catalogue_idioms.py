@@ -223,6 +223,7 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("x = F.pad(x, (0, padding_length))", "F17"),  # padding a tensor, not a padding mask
         ("y = attend(q, k, v, is_causal=True)", "F19"),  # F1's: a mask literally never applied
         ("x = layer(x, or_mask_function=f, cache=cache)", "F18"),  # a mask's maker, not a mask
+        ("kw = {'max-len': 4, b'cache': c, 'cache': c}", "F18"),  # keys that are no names, and no mask
         ("y = F.dropout(x, p=0.1, training=True)", "F21"),  # already on: nothing to switch on
     ],
 )

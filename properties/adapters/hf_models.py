@@ -178,6 +178,9 @@ def model_target(key: str) -> Target:
     scale, GQA's grouping, RoPE on the values)."""
     family = FAMILIES[key]
     lm = CausalLM(build(family))
+    sources: tuple[str, ...] = (family.module, "transformers.masking_utils")
+    if any(window is not None for window in lm.windows):
+        sources += (SLIDING_CACHE,)
     return Target(
         f"hf-{key}-model",
         None,
@@ -187,8 +190,7 @@ def model_target(key: str) -> Target:
         | (family.layer.capabilities & LAYER_CAPABILITIES),
         f"transformers' {family.name}ForCausalLM, a tiny random config",
         layer=family.layer.layer,
-        sources=(family.module, "transformers.masking_utils")
-        + (SLIDING_CACHE,) * any(window is not None for window in lm.windows),
+        sources=sources,
         module=lm,
         windows=lm.windows,
         decode=lm.decode,
