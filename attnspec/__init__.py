@@ -4,6 +4,9 @@ The kit's packages are ``attnspec.impl`` (the reference implementation), ``attns
 (requirements and the float64 oracle) and ``attnspec.properties`` (the properties, and the
 target protocol in ``attnspec.properties.targets``); ``attnspec check`` runs the properties
 against your own attention code, ``attnspec conventions`` prints the conventions they hold it to.
+
+PYTEST_DONT_REWRITE: attnspec is a pytest plugin's distribution (attnspec/pytest_plugin.py), whose
+package pytest marks for assertion rewriting when it starts; `attnspec check` imports it first.
 """
 
 from pathlib import Path

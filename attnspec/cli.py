@@ -11,7 +11,9 @@ Exit codes: 0 every property the target can run passed; 1 a property failed; 2 t
 not be checked (it cannot be imported or called as the protocol says, nothing ran, bad arguments).
 
 `attnspec specs [-v]` prints the requirements and the tests that check them; `attnspec conventions`
-prints CONVENTIONS.md, the conventions and the target protocol the properties hold a target to.
+prints CONVENTIONS.md, the conventions and the target protocol the properties hold a target to;
+`attnspec mutate SOURCE... -- TEST COMMAND` grades your own tests with the fault catalogue
+(attnspec/mutation/cli.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from attnspec.mutation.cli import split_command
 
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
@@ -116,6 +120,7 @@ def conventions(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from attnspec.mutation.cli import add_parser as add_mutate_parser
     from attnspec.specs.__main__ import __doc__ as specs_doc
     from attnspec.specs.__main__ import add_arguments
 
@@ -168,11 +173,18 @@ def parser() -> argparse.ArgumentParser:
         description="Print CONVENTIONS.md: the conventions the properties hold a target to, the target "
         "protocol and its capabilities, the neighbouring conventions the kit names, the tolerance policy.",
     ).set_defaults(run=conventions)
+    mutate = add_mutate_parser(commands)
+    mutate.set_defaults(parser=mutate)
     return main
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if argv[:1] == ["mutate"]:  # the test command follows `--`, with options of its own
+        argv, command = split_command(argv)
     args = parser().parse_args(argv)
+    args.command_after_dashes = command
     return args.run(args)
 
 

@@ -16,10 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from attnspec.mutation.generators.mutmut_operators import read_mutants
+from attnspec.mutation.reports.outputs import MergeError, merge, publish
+from attnspec.mutation.triage import TriageError, from_file
+
 from . import conformance
-from .campaign import REPO_ROOT, Campaign, CampaignError, run_campaign, workspace
-from .outputs import MergeError, merge, publish
-from .report import read_mutants
+from .campaign import REPO_ROOT, TRIAGE_FILE, Campaign, CampaignError, run_campaign, workspace
 
 
 def write_report(campaign: Campaign, results: dict, min_strength: float | None) -> int:
@@ -48,6 +50,7 @@ def write_report(campaign: Campaign, results: dict, min_strength: float | None) 
         performance,
         end - campaign.started,
         min_strength,
+        from_file(TRIAGE_FILE),
     )
 
 
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return table_main()
     if args.command == "merge":
         try:
-            return merge(args.reports, Path(args.out).resolve(), Path.cwd(), args.min_strength)
+            triage = from_file(TRIAGE_FILE)
+            return merge(args.reports, Path(args.out).resolve(), Path.cwd(), args.min_strength, triage)
         except MergeError as error:
             print(f"merge failed: {error}", file=sys.stderr)
             return 2
@@ -140,10 +144,10 @@ def run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--target/--source campaigns run the catalogue faults only, with the kill matrix")
     try:
         if args.target:
-            name, impl, sources = args.target, args.target, conformance.target_sources(args.target)
+            name, impl, sources = args.target, args.target, conformance.adapter_sources(args.target)
         else:
             name, impl = args.impl.partition(":")[0], args.impl
-            sources = [conformance.file_source(args.source, args.impl)]
+            sources = conformance.file_sources(args.source, args.impl)
         return conformance.run(
             name,
             sources,
@@ -153,7 +157,7 @@ def run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             keep=args.keep_workspace,
             root=Path(args.root).resolve(),
         )
-    except conformance.ConformanceError as error:
+    except (conformance.CampaignError, TriageError) as error:
         print(f"\ncampaign failed: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,15 +6,17 @@ and stale copies re-attach old results to new mutant numbers.  So every campaign
 1. copies impl/, specs/ and properties/ into a new temporary directory, laid out as the installed
    package (attnspec/impl, attnspec/specs, attnspec/properties: the properties import them as
    attnspec.*, and mutmut names a mutant after its file's path), with a generated
-   pyproject.toml that configures mutmut and pytest for the campaign, plus four helpers from
-   this package (the catalogue, the driver, the engine and its history);
-2. runs the driver there in its own process group: it installs the operators, has mutmut generate
-   the mutants, and runs the engine (engine.py: one pytest session, one fork per mutant) with
+   pyproject.toml that configures mutmut and pytest for the campaign, plus the mutation engine
+   (attnspec/mutation) as the package ``attnspec_mutation``, so that nothing of the engine is
+   imported from the copy mutmut makes;
+2. runs mutmut's generator there in its own process group
+   (attnspec/mutation/generators/mutmut_operators.py): it installs the operators, has mutmut
+   generate the mutants, and runs the one engine (one pytest session, one fork per mutant) with
    OMP_NUM_THREADS=1 (forked children cannot hang on torch's thread pool) and Hypothesis's
    `mutation` profile;
-3. polls the engine's progress file for a progress line;
-4. leaves the workspace's results.json to report.py, and deletes the workspace afterwards, also on
-   Ctrl-C or SIGTERM (the whole process group of the driver is stopped first).
+3. polls the engine's progress file for a progress line (attnspec/mutation/watch.py);
+4. leaves the workspace's results.json to the reports, and deletes the workspace afterwards, also
+   on Ctrl-C or SIGTERM (the whole process group is stopped first).
 
 Nothing is written to the working tree except reports/ (git-ignored).
 """
@@ -22,10 +24,8 @@ Nothing is written to the working tree except reports/ (git-ignored).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,13 +35,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .catalogue import FAULTS
-from .outputs import HISTORY
+import attnspec.mutation as engine_package
+from attnspec.mutation.generators.catalogue import FAULTS
+from attnspec.mutation.reports.outputs import HISTORY
+from attnspec.mutation.watch import Watch, engine_env, interrupted, log_tail
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 COPIED_DIRS = ("impl", "specs", "properties")  # each copied to attnspec/<name> in the workspace
 PACKAGE = "attnspec"
+PACKAGE_FILES = (
+    "__init__.py",
+    "pytest_plugin.py",
+)  # of attnspec/ itself: the properties' conftest imports both
 # Meta tests that run the kit in a subprocess: they never reach a mutant (the tests that cover one are
 # those whose in-process calls reach it), so in a campaign they would only cost minutes of its clean run.
 SUBPROCESS_TESTS = (
@@ -55,14 +61,9 @@ SUBPROCESS_TESTS = (
     "meta_tests/test_peers.py",  # runs no kit, but reads README.md and examples/, which a workspace lacks
 )
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
-HELPERS = {  # file in this package -> module name in the workspace
-    "catalogue.py": "attnspec_catalogue.py",
-    "driver.py": "attnspec_driver.py",
-    "engine.py": "attnspec_engine.py",
-    "history.py": "attnspec_history.py",
-}
-PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
-POLL_S = 0.2  # how often the driver is checked on: its end is seen this late at most
+ENGINE = "attnspec_mutation"  # the engine's package, as the workspace names it
+GENERATOR = f"{ENGINE}.generators.mutmut_operators"
+TRIAGE_FILE = PACKAGE_DIR / "triage.toml"
 
 
 class CampaignError(RuntimeError):
@@ -79,7 +80,6 @@ class Campaign:
     incremental: bool = False  # reuse reports/mutation-results.json where nothing changed
     workspace: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="attnspec-mutation-")))
     started: float = field(default_factory=time.monotonic)
-    tests_started: float | None = None  # when the engine began testing mutants
     finished: float | None = None
 
     @property
@@ -114,7 +114,11 @@ def pyproject_text(root: Path) -> str:
     pytest_options.update(testpaths=[f"{PACKAGE}/properties"], pythonpath=["."], addopts="--strict-markers")
     mutmut_options = {
         "source_paths": [f"{PACKAGE}/impl/"],
-        "also_copy": [f"{PACKAGE}/__init__.py", f"{PACKAGE}/specs/", f"{PACKAGE}/properties/"],
+        "also_copy": [
+            *(f"{PACKAGE}/{name}" for name in PACKAGE_FILES),
+            f"{PACKAGE}/specs/",
+            f"{PACKAGE}/properties/",
+        ],
         "use_git_change_detection": False,
     }
     lines = ["# generated by `python -m mutants` for one campaign", "[tool.mutmut]"]
@@ -129,9 +133,9 @@ def prepare_workspace(campaign: Campaign) -> None:
         if not (campaign.root / name).is_dir():
             raise CampaignError(f"{campaign.root / name} is missing")
         shutil.copytree(campaign.root / name, campaign.workspace / PACKAGE / name, ignore=IGNORED)
-    shutil.copy(REPO_ROOT / PACKAGE / "__init__.py", campaign.workspace / PACKAGE / "__init__.py")
-    for source, target in HELPERS.items():
-        shutil.copy(PACKAGE_DIR / source, campaign.workspace / target)
+    for name in PACKAGE_FILES:
+        shutil.copy(REPO_ROOT / PACKAGE / name, campaign.workspace / PACKAGE / name)
+    shutil.copytree(Path(engine_package.__file__).parent, campaign.workspace / ENGINE, ignore=IGNORED)
     (campaign.workspace / "pyproject.toml").write_text(pyproject_text(campaign.root))
     (campaign.workspace / "faults.json").write_text(json.dumps([fault.id for fault in FAULTS]))
     previous = campaign.reports / HISTORY
@@ -155,118 +159,33 @@ def prepare_workspace(campaign: Campaign) -> None:
 
 
 def driver_env(workspace: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("MUTANT_UNDER_TEST", None)
-    env.update(
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
+    return engine_env(
         HYPOTHESIS_PROFILE="mutation",  # the profile conftest.py loads whenever MUTANT_UNDER_TEST is set
-        ATTNSPEC_DEVICE="cpu",  # forked workers cannot share a CUDA context
-        PYTHONDONTWRITEBYTECODE="1",
         PYTHONHASHSEED="0",  # the same set orders, so the same test ids, from campaign to campaign
     )
-    return env
 
 
-# --- running and watching ----------------------------------------------------------------------
-
-
-def read_progress(workspace: Path) -> dict | None:
-    """The engine's progress file (None before the engine starts, or while it is being replaced)."""
-    try:
-        return json.loads((workspace / "progress.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def progress_line(campaign: Campaign, progress: dict | None) -> str:
-    elapsed = int(time.monotonic() - campaign.started)
-    clock = f"{elapsed // 60}m{elapsed % 60:02d}s"
-    if progress is None:
-        return f"[generating mutants {clock}]"
-    counts, total = progress["counts"], progress["total"]
-    if progress["phase"] == "clean run":
-        done = f"{counts['tested']}/" if "tested" in counts else ""  # split over workers: no count
-        return f"[clean run {clock}] {done}{total} tests"
-    done = sum(counts.values())
-    line = f"[testing mutants {clock}] {done}/{total}  " + "  ".join(
-        f"{status.lower()} {counts.get(status, 0)}"
-        for status in ("Killed", "Survived", "Timeout", "NoCoverage")
-    )
-    if campaign.tests_started is not None and done:
-        elapsed_s = time.monotonic() - campaign.tests_started
-        rate = done / elapsed_s if elapsed_s > 0 else 0.0
-        eta = (total - done) / rate if rate else 0.0
-        line += f"  {rate:.2f}/s  ETA {int(eta) // 60}m{int(eta) % 60:02d}s"
-    return line
-
-
-def watch(campaign: Campaign, process: subprocess.Popen) -> None:
-    tty = sys.stdout.isatty()
-    last_print = 0.0
-    while process.poll() is None:
-        time.sleep(POLL_S)
-        progress = read_progress(campaign.workspace)
-        if campaign.tests_started is None and progress and progress["phase"] == "testing mutants":
-            campaign.tests_started = time.monotonic()
-        if time.monotonic() - last_print >= (1.0 if tty else PROGRESS_EVERY_S):
-            line = progress_line(campaign, progress)
-            print("\r" + line.ljust(110) if tty else line, end="" if tty else "\n", flush=True)
-            last_print = time.monotonic()
-    if tty:
-        print()
-    if campaign.tests_started is None:
-        campaign.tests_started = time.monotonic()
-
-
-def stop(process: subprocess.Popen) -> None:
-    """Stop the driver and everything it forked (its own process group)."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+# --- running ------------------------------------------------------------------------------------
 
 
 def run_campaign(campaign: Campaign) -> dict:
     """Generate and test the mutants in the prepared workspace: the engine's results, or
     CampaignError when the campaign could not run."""
     log = campaign.workspace / "driver.log"
-    command = [sys.executable, "attnspec_driver.py", "--max-children", str(campaign.max_children)]
+    command = [sys.executable, "-m", GENERATOR, "--max-children", str(campaign.max_children)]
     if campaign.faults_only:
         command.append("--faults-only")
     command.append("plan.json")
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=campaign.workspace,
-            env=driver_env(campaign.workspace),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        watch(campaign, process)
-    finally:
-        stop(process)
-    campaign.finished = time.monotonic()
+    watch = Watch(campaign.workspace, campaign.started, starting="generating mutants")
+    code = watch.run(command, driver_env(campaign.workspace), log, cwd=campaign.workspace)
+    campaign.finished = watch.finished
     campaign.reports.mkdir(exist_ok=True)
     shutil.copy(log, campaign.reports / "mutation-campaign.log")
     results_path = campaign.workspace / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    if process.returncode != 0 or "error" in results or not results:
-        tail = "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-40:])
-        why = results.get("error") or f"the driver exited with {process.returncode}"
-        raise CampaignError(f"{why}; last lines of its log:\n{tail}")
+    if code != 0 or "error" in results or not results:
+        why = results.get("error") or f"the driver exited with {code}"
+        raise CampaignError(f"{why}; last lines of its log:\n{log_tail(log)}")
     return results
 
 

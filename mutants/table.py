@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from .catalogue import FAULTS
+from attnspec.mutation.generators.catalogue import FAULTS
+
 from .conformance import REPO_ROOT, catalogue_fingerprint
 
 TARGETS = (

@@ -18,6 +18,7 @@ from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
 from attnspec.properties.run_report import RunReport, lacks
 from attnspec.properties.target_checks import load_problem, target_problems
+from attnspec.pytest_plugin import SESSION
 from attnspec.specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -40,7 +41,9 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    if pluginmanager.has_plugin(SESSION):  # in your own session (pytest --attnspec): kit_option
+        return
     parser.addoption(
         "--device",
         default=os.environ.get("ATTNSPEC_DEVICE", "cpu"),
@@ -52,6 +55,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the implementation under test: a built-in adapter "
         f"({', '.join(targets.ADAPTERS)}) or package.module:object (default: ${targets.ENV} or impl)",
     )
+
+
+def kit_option(config: pytest.Config, name: str) -> str:
+    """--impl or --device: the kit's own options or, in your own session (pytest --attnspec TARGET,
+    attnspec/pytest_plugin.py), the plugin's --attnspec and --attnspec-device, which cannot clash with
+    a --device of your conftest's."""
+    session = config.pluginmanager.get_plugin(SESSION)
+    return session.options[name] if session is not None else config.getoption(name)
 
 
 MARKERS = (
@@ -69,14 +80,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # The properties run many tiny ops (Jacobians are T small backward passes): torch's intra-op
     # thread pool only adds overhead there, and on a loaded 2-core machine made them 10-100x slower.
     torch.set_num_threads(1)
-    device = config.getoption("--device")
+    device = kit_option(config, "--device")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")
-    os.environ[targets.ENV] = config.getoption("--impl")  # test modules read it when imported
+    os.environ[targets.ENV] = kit_option(config, "--impl")  # test modules read it when imported
     try:
         target = targets.current()
     except Exception as error:  # its module may raise anything at import (a SyntaxError...): one line
-        raise pytest.UsageError(load_problem(config.getoption("--impl"), error)) from error
+        raise pytest.UsageError(load_problem(kit_option(config, "--impl"), error)) from error
     # Under mutation (mutmut, the kill matrix) the properties grade impl's mutants: a usage error here
     # would turn a kill into pytest's exit code 4, which mutmut counts as "suspicious".
     problems = [] if os.environ.get("MUTANT_UNDER_TEST") else target_problems(target, device)
@@ -141,10 +152,10 @@ def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The capability table of the target: what it supports and what its absence skipped (the
-    `attnspec check` command prints it itself, last)."""
+    `attnspec check` command prints it itself, last, and so does pytest --attnspec, with its verdict)."""
     target = targets.current()
     report = config.pluginmanager.get_plugin(RUN_REPORT)
-    if config.pluginmanager.has_plugin("attnspec-check"):
+    if config.pluginmanager.has_plugin("attnspec-check") or config.pluginmanager.has_plugin(SESSION):
         return
     if target.name == "impl" and not report.skipped_for:
         return
@@ -166,7 +177,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target = targets.current()
     terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
     if report.when == "call" and report.failed and not target.supports("impl") and not terse:
-        diagnosis = _diagnosis(target, item.config.getoption("--device"))
+        diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
         if diagnosis:
             report.sections.append(("attnspec's diagnosis of the target", diagnosis))
     return report
@@ -181,7 +192,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def device(request: pytest.FixtureRequest) -> torch.device:
-    return torch.device(request.config.getoption("--device"))
+    return torch.device(kit_option(request.config, "--device"))
 
 
 # The attention paths every attention-level property runs on: the explicit formula (tiling off)

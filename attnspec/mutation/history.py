@@ -1,25 +1,29 @@
 """What a campaign's results depend on, so that ``--incremental`` re-runs only what changed and
-``--shard`` splits the mutants the same way on every machine (copied into the workspace as
-attnspec_history.py, beside the engine).
+``--shard`` splits the mutants the same way on every machine.
+
+A generator describes its campaign as a *state* (generators/: mutmut's workspace, or the sites in
+the given files): fingerprints of the world (the environment, the suite's support code, the mutated
+files' module-level code), of every test, of every mutated function, the span of each function,
+and per mutant its function, code, site lines, operator and the operator's version.
 
 A mutant's previous result is reused when all of these are unchanged (StrykerJS's rule):
 - the source of the function it mutates, and its own code (so the operator made the same change);
 - its operator: the catalogue's source for a catalogue fault, mutmut's version for mutmut's own;
 - the tests that cover it (the same node ids), each with the same fingerprint: its module's source,
-  the test modules it imports, and the suite's support code (every other file of properties/ and
-  specs/, the pytest configuration);
+  the test modules it imports, and the suite's support code (every other file of the suite, the
+  pytest configuration);
 - the matrix: a mutant graded up to its first failure has no kill-matrix row to give.
 Only Killed, Survived and NoCoverage are reused; a Timeout or an error is run again.  Anything that
-changes every result (the versions of Python and the packages, impl's module-level code, which no
-function hash covers, the support code) makes a full campaign.
+changes every result (the versions of Python and the packages, the mutated files' module-level
+code, which no function hash covers, the support code) makes a full campaign.
 
 The clean run is incremental on the same terms: a test runs again when its fingerprint changed or
 when it called a function whose source changed (its coverage may have changed); every other test
 keeps its previous coverage and duration (the tests are deterministic under the mutation profile).
 
-As in Stryker, a mutant is judged by its function and its tests: when another impl function that
-those tests also run changes, the reused result is the one of the previous code.  The full
-campaign (CI's main job) makes no such assumption.
+As in Stryker, a mutant is judged by its function and its tests: when another function that those
+tests also run changes, the reused result is the one of the previous code.  A full campaign (CI's
+main job) makes no such assumption.
 """
 
 from __future__ import annotations
@@ -70,7 +74,11 @@ def environment() -> str:
 def imported_test_modules(source: str) -> set[str]:
     """Names of the test_*.py modules a test module imports (their tests' helpers are its code too)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # not Python (a command's own record of itself): no test modules it imports
+        return names
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             names |= {a.name for a in node.names} | {(node.module or "").rpartition(".")[2]}
         elif isinstance(node, ast.Import):
@@ -78,14 +86,18 @@ def imported_test_modules(source: str) -> set[str]:
     return {name for name in names if name.startswith("test_")}
 
 
-def generated_spans(mutated: Path) -> tuple[list[str], dict[str, list[int]]]:
-    spans = json.loads(mutated.with_name(mutated.name + ".spans").read_text(encoding="utf-8"))["spans"]
-    return mutated.read_text(encoding="utf-8").splitlines(keepends=True), spans
-
-
-def function_text(lines: list[str], spans: dict[str, list[int]], generated: str, plain: str) -> str:
-    start, end = spans[generated]
-    return "".join(lines[start - 1 : end]).replace(f"def {generated}(", f"def {plain}(", 1)
+def test_fingerprints(test_paths: dict[str, Path], support: str) -> dict[str, str]:
+    """Per test: its module's source, the test modules it imports and the suite's ``support``."""
+    modules: dict[Path, str] = {}
+    for path in test_paths.values():
+        if path not in modules:
+            source = path.read_text(encoding="utf-8")
+            imported = sorted(imported_test_modules(source))
+            texts = [path.with_name(f"{name}.py") for name in imported]
+            modules[path] = digest(
+                support, source, *(p.read_text(encoding="utf-8") for p in texts if p.exists())
+            )
+    return {nodeid: modules[path] for nodeid, path in test_paths.items()}
 
 
 def site_lines(original: str, mutant: str) -> list[int] | None:
@@ -123,86 +135,6 @@ def site_lines(original: str, mutant: str) -> list[int] | None:
     return sorted(line - 1 for line in site)
 
 
-def current_state(workspace: Path, test_paths: dict[str, Path]) -> dict:
-    """Fingerprints of everything the results depend on, for the code in ``workspace`` (the
-    campaign's copy: attnspec/ as written, mutants/ as mutmut generated it)."""
-    from mutmut.mutation.diff_apply import generated_function_names
-    from mutmut.utils.format_utils import (
-        mangled_name_from_mutant_name,
-        orig_function_and_class_names_from_key,
-    )
-
-    package = workspace / "attnspec"
-    catalogue = (workspace / "attnspec_catalogue.py").read_text(encoding="utf-8")
-    tags = json.loads((workspace / "tags.json").read_text(encoding="utf-8"))
-    faults = set(json.loads((workspace / "faults.json").read_text(encoding="utf-8")))
-    mutmut_version = metadata.version("mutmut")
-
-    support_files = sorted(
-        p
-        for folder in ("properties", "specs")
-        for p in (package / folder).rglob("*.py")
-        if not p.name.startswith("test_")
-    )
-    support = digest(
-        (workspace / "pyproject.toml").read_text(encoding="utf-8"),
-        (package / "__init__.py").read_text(encoding="utf-8"),
-        *(f"{p.relative_to(package)}\n{p.read_text(encoding='utf-8')}" for p in support_files),
-    )
-    modules: dict[Path, str] = {}
-    for path in test_paths.values():
-        if path not in modules:
-            source = path.read_text(encoding="utf-8")
-            imported = sorted(imported_test_modules(source))
-            texts = [path.with_name(f"{name}.py") for name in imported]
-            modules[path] = digest(
-                support, source, *(p.read_text(encoding="utf-8") for p in texts if p.exists())
-            )
-    tests = {nodeid: modules[path] for nodeid, path in test_paths.items()}
-
-    functions: dict[str, str] = {}
-    spans: dict[str, list] = {}  # function -> [mutated file, first line, last line] of its original
-    mutants: dict[str, dict] = {}
-    context: list[str] = []
-    for meta in sorted((workspace / "mutants").rglob("*.py.meta")):
-        mutated = meta.with_name(meta.name.removesuffix(".meta"))
-        names = list(json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"])
-        original = (workspace / mutated.relative_to(workspace / "mutants")).read_text(encoding="utf-8")
-        if not names:
-            context.append(original)
-            continue
-        lines, generated_at = generated_spans(mutated)
-        rest = original
-        for name in names:
-            function = mangled_name_from_mutant_name(name)
-            orig_name, generated = generated_function_names(name)
-            plain = orig_function_and_class_names_from_key(name)[0]
-            text = function_text(lines, generated_at, orig_name, plain)
-            if function not in functions:
-                functions[function] = digest(text)
-                spans[function] = [str(mutated), *generated_at[orig_name]]
-                rest = rest.replace(text, f"<{function}>\n", 1)
-            operator = tags.get(name, {}).get("operator", "?")
-            fault = operator if operator in faults else None
-            code = function_text(lines, generated_at, generated, plain)
-            mutants[name] = {
-                "function": function,
-                "code": digest(code),
-                "site": site_lines(text, code),
-                "operator": operator,
-                "operator_version": digest(catalogue) if fault else mutmut_version,
-                "fault": fault,
-            }
-        context.append(rest)  # the module without its mutated functions: constants, imports, classes
-    return {
-        "fingerprints": {"environment": environment(), "support": support, "impl": digest(*context)},
-        "tests": tests,
-        "functions": functions,
-        "spans": spans,
-        "mutants": mutants,
-    }
-
-
 def load(path: str | None) -> dict | None:
     """A previous run's results, or None when there is none or it cannot serve (an error, another
     version of this format)."""
@@ -219,8 +151,8 @@ def load(path: str | None) -> dict | None:
 
 WORLD = {
     "environment": "the versions of Python or of the packages",
-    "support": "the suite's support code (properties/ and specs/ outside the test modules)",
-    "impl": "impl's module-level code",
+    "support": "the suite's support code (its files outside the test modules)",
+    "impl": "the mutated files' module-level code",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -228,3 +229,40 @@ def test_no_generic_name_is_importable_from_the_install(attnspec_command: Path, 
     probe = f"import importlib.util as u; print([n for n in ({names}) if u.find_spec(n)])"
     done = subprocess.run([str(python), "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_users_own_tests_are_graded_from_the_wheel(attnspec_command: Path, tmp_path: Path):
+    # the example project, copied into an empty directory: its shapes-only tests let faults survive
+    # (exit 1, each named), its strong tests kill them all (exit 0); its files stay byte-identical
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "user_project", project, ignore=shutil.ignore_patterns("__pycache__"))
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    outcomes = {}
+    for suite in ("shapes", "strong"):
+        outcomes[suite] = subprocess.run(
+            [str(attnspec_command), "mutate", "attention.py", "--out", f"../{suite}", "--"]
+            + ["pytest", "-q", f"tests/test_{suite}.py"],
+            cwd=project,
+            env=dict(
+                {
+                    k: v
+                    for k, v in os.environ.items()
+                    if not k.startswith(("ATTNSPEC_", "PYTHON", "HYPOTHESIS"))
+                },
+                TMPDIR=str(scratch),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    shapes, strong = outcomes["shapes"], outcomes["strong"]
+    assert shapes.returncode == 1 and "SURVIVED (not triaged): attention." in shapes.stdout, shapes.stderr
+    assert re.search(r"^  F3\s+survived", shapes.stdout, re.M), shapes.stdout
+    assert strong.returncode == 0 and "gate: passed" in strong.stdout, strong.stdout + strong.stderr
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+    assert list(scratch.iterdir()) == []
+    assert (tmp_path / "strong" / "mutation-report.json").exists() and (
+        tmp_path / "strong" / "junit.xml"
+    ).exists()

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from attnspec.mutation.generators.sites import install, live_function, mutants_in
 from mutants.campaign import REPO_ROOT
-from mutants.sites import mutants_in
-from mutants.target_worker import install, live_function
 from mutants.tests.test_machinery import check_stryker_shape
 
 MODULE = textwrap.dedent(
@@ -73,7 +72,8 @@ def test_install_swaps_the_code_of_the_live_function_under_its_decorator(tmp_pat
     mutant = mutants_in(MODULE, "swapped_module", "swapped_module.py")[0]
     file = tmp_path / "mutant.py"
     file.write_text(mutant.source)
-    install({"file": str(file), "module": "swapped_module", "qualname": "scaled"})
+    original = str(tmp_path / "swapped_module.py")
+    install({"file": str(file), "original": original, "module": "swapped_module", "qualname": "scaled"})
     assert held["scaled"](8.0, 4) == 8.0  # the scale is gone, through the wrapper too
     assert live_function("swapped_module", "Attention.scores").__code__.co_qualname == "Attention.scores"
     assert (tmp_path / "swapped_module.py").read_text() == MODULE  # the module's file never changes
@@ -153,14 +153,16 @@ def test_interrupting_a_campaign_leaves_nothing_behind(tmp_path):
     process = start(tmp_path / "root", tmp, "-k", "matches_the_oracle")
     deadline = time.monotonic() + 120
     for line in process.stdout:
-        if line.startswith("[") or time.monotonic() > deadline:  # mutants are being tested
+        if line.startswith("[testing mutants") or time.monotonic() > deadline:
             break
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 130
     assert list(tmp.iterdir()) == []
     time.sleep(1)
-    leftovers = subprocess.run(["pgrep", "-f", f"target_worker {tmp}"], capture_output=True, text=True)
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"attnspec.mutation.worker {tmp}"], capture_output=True, text=True
+    )
     assert leftovers.stdout == ""
 
 
@@ -181,8 +183,8 @@ def test_a_campaign_refuses_unknown_targets_and_missing_files(tmp_path):
 
 
 def test_a_fault_counts_as_equivalent_only_while_its_triage_entry_matches():
-    from mutants.conformance import fault_rows
-    from mutants.report import Mutant
+    from attnspec.mutation.reports.stryker import Mutant
+    from attnspec.mutation.reports.summary import fault_rows
 
     survivor = Mutant(name="m.f__F8_1", path="m.py", operator="F8", status="Survived")
     survivor.replacement = "None"

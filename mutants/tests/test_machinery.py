@@ -22,12 +22,12 @@ import jsonschema
 import libcst as cst
 import pytest
 
+from attnspec.mutation.generators.catalogue import FAULTS, FAULTS_BY_ID
+from attnspec.mutation.generators.mutmut_operators import only_run_inside_their_calls
+from attnspec.mutation.history import reaching, site_lines
+from attnspec.mutation.reports.matrix import write_matrix
+from attnspec.mutation.reports.stryker import changed_span
 from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
-from mutants.catalogue import FAULTS, FAULTS_BY_ID
-from mutants.engine import only_run_inside_their_calls
-from mutants.history import reaching, site_lines
-from mutants.matrix import write_matrix
-from mutants.report import changed_span
 from mutants.tests.toys import toy_root
 
 
@@ -334,7 +334,7 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from mutants.engine import Engine
+from attnspec.mutation.suites.pytest_suite import PytestSuite
 
 
 class Recorder:
@@ -345,7 +345,7 @@ class Recorder:
 
 
 class EngineWrapperOnly:
-    pytest_runtest_makereport = Engine.pytest_runtest_makereport
+    pytest_runtest_makereport = PytestSuite.pytest_runtest_makereport
 
 
 @given(st.integers())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mutants.catalogue import FAULTS
+from attnspec.mutation.generators.catalogue import FAULTS
 from mutants.conformance import catalogue_fingerprint
 from mutants.table import README, TABLE_FILE, TARGETS, readme_block, render
 
@@ -19,7 +19,7 @@ def test_readme_shows_the_measured_table():
 
 def test_table_was_measured_with_todays_catalogue():
     assert MEASURED["catalogue"] == catalogue_fingerprint(), (
-        "mutants/catalogue.py changed since the conformance table was measured: "
+        "attnspec/mutation/generators/catalogue.py changed since the conformance table was measured: "
         "tox -e conformance-mutation (the campaigns, then python -m mutants table)"
     )
 

@@ -1,11 +1,13 @@
-"""Where the fault catalogue finds sites in any Python source file, and the mutants it makes there.
+"""The catalogue's mutants at their sites in any Python file, swapped into the live function at
+run time: the engine's generator for code that does not live in this repository (a modeling file
+of an installed package, a user's kernel or module), the user's files never written.
 
-This is the catalogue applied without mutmut, for code that does not live in this repository (a
-modeling file of an installed package, a user's kernel): every top-level function and every
-method of a top-level class is a candidate, decorated ones included (mutmut skips those, and
-real code decorates its forward methods), and each operator of each fault runs on every node of
-its type inside the function's body.  A mutant keeps the whole mutated module source; the test
-runner compiles it and swaps the mutated function's code into the live function.
+Every top-level function and every method of a top-level class is a candidate, decorated ones
+included (mutmut skips those, and real code decorates its forward methods), and each operator of
+each fault runs on every node of its type inside the function's body.  A mutant keeps the whole
+mutated module source; :class:`CodeSwap` compiles it and puts the mutated function's code into the
+live function (so every reference to it, an adapter's or a test's included, runs the mutant), and
+for a test command that runs in other processes, exports it to them (suites/command.py).
 
 A mutant's name is ``<module>.<qualname>__<fault>_<n>``, n counting that fault's mutants in that
 function, so an edit to one function renames none of the others' mutants.
@@ -14,14 +16,21 @@ function, so an edit to one function renames none of the others' mutants.
 from __future__ import annotations
 
 import difflib
+import importlib
+import json
+import os
+import subprocess
+import types
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .. import history
+from ..reports.stryker import changed_span, line_column, offset_of
 from .catalogue import FAULTS, operator_table
-from .report import changed_span, line_column, offset_of
 
 
 @dataclass
@@ -52,6 +61,17 @@ class _Nodes(cst.CSTVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.nodes.append(node)
         return True
+
+
+def function_spans(source: str) -> dict[str, tuple[int, int, int]]:
+    """qualname -> (its ``def`` line, its last line, its first body line) for every candidate."""
+    module = cst.parse_module(source)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    spans = {}
+    for qualname, node in functions(module):
+        body = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) else node.body
+        spans[qualname] = (positions[node].start.line, positions[node].end.line, positions[body].start.line)
+    return spans
 
 
 def functions(module: cst.Module) -> list[tuple[str, cst.FunctionDef]]:
@@ -128,3 +148,133 @@ def fault_reach(paths: list[Path]) -> dict[str, int]:
         for mutant in mutants_in(path.read_text(encoding="utf-8"), path.stem, str(path)):
             reach[mutant.fault] += 1
     return reach
+
+
+def changed_since(ref: str, file: Path, spans: dict[str, tuple[int, int, int]]) -> set[str]:
+    """The functions of ``file`` (qualnames, from ``spans``) whose lines changed since the git
+    ``ref`` (the working tree against it, uncommitted edits included); every function of a file git
+    does not know at ``ref``."""
+    where = file.resolve().parent
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=where, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        known = subprocess.run(
+            ["git", "cat-file", "-e", f"{ref}:{file.resolve().relative_to(Path(top).resolve()).as_posix()}"],
+            cwd=where,
+            capture_output=True,
+        )
+        diff = subprocess.run(
+            ["git", "diff", "--unified=0", "--no-color", ref, "--", str(file.resolve())],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError, ValueError) as error:
+        detail = getattr(error, "stderr", "") or error
+        raise ValueError(f"--since {ref}: git cannot compare {file} ({str(detail).strip()})") from None
+    if known.returncode != 0:
+        return set(spans)
+    changed: set[int] = set()
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            new = line.split("+", 1)[1].split(" ", 1)[0]
+            start, _, count = new.partition(",")
+            length = int(count) if count else 1
+            # a pure deletion (length 0) touches the line it follows
+            changed |= set(range(int(start), int(start) + max(length, 1)))
+    return {name for name, (first, last, _) in spans.items() if any(first <= n <= last for n in changed)}
+
+
+# --- the generator the engine runs with --------------------------------------------------------
+
+
+def find_code(code: types.CodeType, qualname: str) -> types.CodeType | None:
+    """The code object of ``qualname`` among the constants of a module's (or a class's) code."""
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_qualname == qualname:
+                return const
+            inner = find_code(const, qualname)
+            if inner is not None:
+                return inner
+    return None
+
+
+def live_function(module_name: str, qualname: str) -> types.FunctionType:
+    """The function object that runs ``module.qualname``, under any decorators that wrap it."""
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = vars(obj)[part] if isinstance(obj, type) and part in vars(obj) else getattr(obj, part)
+    obj = getattr(obj, "__func__", obj)  # staticmethod, classmethod
+    obj = getattr(obj, "fget", obj)  # property
+    while not (isinstance(obj, types.FunctionType) and obj.__code__.co_qualname == qualname):
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is None:
+            raise LookupError(f"{module_name}.{qualname} is wrapped by {obj!r}, which does not expose it")
+        obj = wrapped
+    return obj
+
+
+def install(mutant: dict) -> None:
+    """Put the mutant's code (``file``: its whole mutated module) into the live function it mutates."""
+    source = Path(mutant["file"]).read_text(encoding="utf-8")
+    code = find_code(compile(source, mutant["original"], "exec"), mutant["qualname"])
+    if code is None:
+        raise LookupError(f"{mutant['qualname']} not found in the mutated module")
+    function = live_function(mutant["module"], mutant["qualname"])
+    if code.co_freevars != function.__code__.co_freevars:
+        raise LookupError(f"{mutant['qualname']}: the mutant's closure differs from the function's")
+    function.__code__ = code
+
+
+ACTIVE = "ATTNSPEC_MUTANT"  # the active mutant (JSON of its plan entry) for processes a command starts
+
+
+class CodeSwap:
+    """The engine's generator over planned site mutants (the plan's ``mutants``, ``functions`` and
+    ``support`` entries, written by campaign.py)."""
+
+    unreached = "NoCoverage"  # a mutant whose lines no test executes is not exercised
+    live_check = None
+
+    def __init__(self, plan: dict) -> None:
+        self.plan = plan
+        self.by_name = {mutant["name"]: mutant for mutant in plan["mutants"]}
+
+    def state(self, test_paths: dict[str, Path]) -> dict:
+        functions = self.plan["functions"]  # key -> {file, first, last, body, digest}
+        catalogue = Path(__file__).with_name("catalogue.py").read_text(encoding="utf-8")
+        mutants = {}
+        for mutant in self.plan["mutants"]:
+            span = functions[mutant["function"]]
+            mutants[mutant["name"]] = {
+                "function": mutant["function"],
+                "code": mutant["code"],
+                "site": [line - span["first"] for line in mutant["lines"]],
+                "operator": mutant["fault"],
+                "operator_version": history.digest(catalogue),
+                "fault": mutant["fault"],
+            }
+        support = history.digest(*self.plan["support"])
+        return {
+            "fingerprints": {
+                "environment": history.environment(),
+                "support": support,
+                "impl": self.plan["context"],
+            },
+            "tests": history.test_fingerprints(test_paths, support),
+            "functions": {key: span["digest"] for key, span in functions.items()},
+            "spans": {key: [s["file"], s["first"], s["last"], s["body"]] for key, s in functions.items()},
+            "mutants": mutants,
+        }
+
+    def activate(self, name: str) -> None:
+        mutant = self.by_name[name]
+        os.environ[ACTIVE] = json.dumps(mutant)
+        os.environ["MUTANT_UNDER_TEST"] = name
+        install(mutant)
+
+    def recording(self, spans: dict[str, list]):
+        return nullcontext(None)  # the functions a test calls: the body lines it executes

@@ -1,8 +1,8 @@
 """The kill matrix: which requirements' properties kill each catalogue fault, and how fast.
 
 A campaign stops a mutant's run at its first failing test, except for the catalogue mutants when
-the kill matrix is on: those run every test that covers them (engine.py; a test that never calls
-the mutated function runs as in the clean run, which passed), skipping a test once every
+the kill matrix is on: those run every test that executes their lines (engine.py; any other test
+runs the mutated function as in the clean run, which passed), skipping a test once every
 requirement it checks has killed the mutant on its attention path.  Each failing test is one line
 [test, requirement ids, seconds, attention path], and a cell (fault, requirement) holds the fastest
 failing test of that requirement over the fault's mutants.
@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .catalogue import FAULTS
+from ..generators.catalogue import FAULTS
 
 Matrix = dict[str, dict[str, float]]  # fault id -> requirement id -> seconds of the fastest kill
 FAULT_IDS = {fault.id for fault in FAULTS}

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import difflib
 import json
+from importlib import metadata
 from pathlib import Path
 
-from .history import coverage as tests_by_function
+from ..generators.catalogue import FAULTS
+from ..history import coverage as tests_by_function
 from .html import render
 from .matrix import failures_by_fault, kill_cells, write_matrix
-from .report import Mutant, fill_result, load_triage, stryker_report, summarize
+from .stryker import Mutant, fill_result, stryker_report
+from .summary import summarize
 
 HISTORY = "mutation-results.json"
 
@@ -39,6 +42,7 @@ def publish(
     performance: dict[str, float],
     wall_s: float,
     min_strength: float | None,
+    triage: dict[str, dict],
 ) -> int:
     """Write every output of a campaign to ``out_dir``; returns the gate's exit status."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -46,13 +50,20 @@ def publish(
     for mutant in mutants:  # kept with the results, for a merge of shards to show the same diffs
         if mutant.name in results["mutants"] and mutant.diff:
             results["mutants"][mutant.name]["diff"] = mutant.diff
-    report = stryker_report(mutants, sources, durations, info, performance)
+    framework = {
+        "name": "mutmut (mutants) and attnspec's engine (runner)",
+        "version": metadata.version("mutmut"),
+        "dependencies": {"attnspec fault catalogue": ", ".join(f.id for f in FAULTS)},
+    }
+    for mutant in mutants:
+        mutant.triage = triage.get(mutant.name, {}).get("reason", "")
+    report = stryker_report(mutants, sources, durations, info, performance, framework)
     (out_dir / HISTORY).write_text(json.dumps(results), encoding="utf-8")
     report_path = out_dir / "mutation-report.json"
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     (out_dir / "index.html").write_text(render(report), encoding="utf-8")
     shown = report_path.relative_to(root) if report_path.is_relative_to(root) else report_path
-    text, failures = summarize(mutants, info, wall_s, shown, load_triage(), min_strength)
+    text, failures = summarize(mutants, info, wall_s, shown, triage, min_strength)
     if results.get("matrix"):  # the catalogue mutants ran every covering property
         cells, paths = kill_cells(failures_by_fault(mutants, results))
         text += "\n\n" + write_matrix(cells, paths, out_dir, root)
@@ -131,7 +142,9 @@ def merge_results(shards: list[dict]) -> dict:
     return dict(first, shard=None, mutants=mutants, phases=phases)
 
 
-def merge(arguments: list[str], out_dir: Path, root: Path, min_strength: float | None) -> int:
+def merge(
+    arguments: list[str], out_dir: Path, root: Path, min_strength: float | None, triage: dict[str, dict]
+) -> int:
     folders = [report_dir(a) for a in arguments]
     reports = [json.loads((f / "mutation-report.json").read_text(encoding="utf-8")) for f in folders]
     shards = [json.loads((f / HISTORY).read_text(encoding="utf-8")) for f in folders]
@@ -167,4 +180,4 @@ def merge(arguments: list[str], out_dir: Path, root: Path, min_strength: float |
         "mutation": results["phases"]["mutants_s"],
     }
     wall_s = results["phases"]["clean_s"] + results["phases"]["mutants_s"]
-    return publish(out_dir, root, mutants, sources, results, info, performance, wall_s, min_strength)
+    return publish(out_dir, root, mutants, sources, results, info, performance, wall_s, min_strength, triage)

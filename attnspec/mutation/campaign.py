@@ -1,0 +1,469 @@
+"""A catalogue campaign on any code: the catalogue's mutants at their sites in the given files,
+judged by a test source, with every report.
+
+The campaigns on code outside impl/ all run here, on the one engine:
+- ``attnspec mutate SOURCE... -- pytest ...``: the user's own pytest session (one warm process);
+- ``attnspec mutate SOURCE... -- COMMAND``: any other test command (one process per run);
+- ``attnspec mutate --kit --impl module:OBJ [SOURCE...]``: the kit's properties run against the
+  target (a conformance campaign; a built-in adapter brings its own sources), which is also what
+  the repository's ``python -m mutants run --target NAME`` runs.
+
+1. The files are read where they are, never written: every catalogue mutant of them (or, with
+   ``since``, of the functions changed since a git ref) is written as a whole mutated module into a
+   fresh workspace (a temporary folder), with the plan of the campaign;
+2. the engine runs in its own process group (worker.py): the generator is the code swap of
+   generators/sites.py, the test source the pytest session or the command (suites/);
+3. the reports go to the output folder: mutation-report.json (Stryker schema) and index.html,
+   mutation-summary.txt (also printed), junit.xml (one case per fault), annotations.txt (GitHub
+   workflow commands, printed under GitHub Actions), mutation-results.json (what ``incremental``
+   reuses), and with the kit the kill matrix.  The workspace is removed, also on Ctrl-C; an
+   interrupted campaign writes no report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import history
+from .generators.catalogue import FAULTS
+from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
+from .reports.annotations import annotations
+from .reports.html import render
+from .reports.junit import junit_xml
+from .reports.matrix import failures_by_fault, kill_cells, write_matrix
+from .reports.stryker import Mutant, stryker_report
+from .reports.summary import fault_rows, summary_text
+from .triage import TriageError, inline
+from .watch import Watch, engine_env, interrupted, log_tail
+
+RESULTS = "mutation-results.json"
+SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env"}
+CONFIG_FILES = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
+
+
+class CampaignError(RuntimeError):
+    pass
+
+
+@dataclass
+class Source:
+    module: str  # as imported
+    file: Path
+    only: set[str] | None = None  # function qualnames, None for the whole module
+    shown: str = ""  # the path reports show
+    root: Path | None = None  # the folder its top-level package is imported from
+
+
+@dataclass
+class Settings:
+    name: str  # the campaign's name (a target, or the user's command)
+    sources: list[Source]
+    suite: str  # "kit", "pytest" or "command"
+    arguments: list[str]  # pytest's arguments, or the command
+    out_dir: Path
+    impl: str = ""  # the kit's target
+    workers: int = 2
+    select: str = ""  # the kit's properties that pytest -k selects
+    triage: dict = field(default_factory=dict)  # from a triage file; inline comments are added
+    since: str | None = None
+    incremental: bool = False
+    keep: bool = False
+    cwd: Path = field(default_factory=Path.cwd)
+    github: bool = False  # print the annotations (also when GITHUB_ACTIONS is set)
+    table: bool = False  # write fault-table.json (the repository's conformance table)
+
+    @property
+    def strict(self) -> bool:
+        """The user's own tests: a mutant no test executes counts as undetected."""
+        return self.suite != "kit"
+
+    @property
+    def title(self) -> str:
+        if self.suite == "kit":
+            return f"conformance campaign: {self.name}"
+        return f"mutation campaign of `{self.name}`"
+
+
+# --- sources ------------------------------------------------------------------------------------
+
+
+def module_file(module: str) -> Path:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ModuleNotFoundError, ValueError) as error:
+        raise CampaignError(f"{module} is not installed ({error})") from None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise CampaignError(f"{module} has no Python source file to mutate")
+    return Path(spec.origin).resolve()
+
+
+def adapter_sources(name: str) -> list[Source]:
+    """The sources a built-in adapter declares (its ``sources``: "module" or "module:f,g")."""
+    from attnspec.properties import targets
+
+    if name not in targets.ADAPTERS:
+        raise CampaignError(f"{name} is not a built-in adapter ({', '.join(targets.ADAPTERS)})")
+    try:
+        target = targets.load(name)
+    except ModuleNotFoundError as error:
+        raise CampaignError(targets.missing_module_hint(name, error)) from None
+    if not target.sources:
+        raise CampaignError(f"the {name} adapter declares no sources to mutate: name the files")
+    found = []
+    for spec in target.sources:
+        module, _, only = spec.partition(":")
+        file = module_file(module)
+        found.append(
+            Source(module, file, set(only.split(",")) if only else None, module.replace(".", "/") + ".py")
+        )
+    return found
+
+
+def file_source(file: str, cwd: Path) -> Source:
+    """FILE as the module it is imported as: its dotted path from the first folder above it that
+    is no package (no __init__.py), which is then put on the path."""
+    path = (cwd / file).resolve()
+    if not path.is_file() or path.suffix != ".py":
+        raise CampaignError(f"{file}: no such file, or not a Python file")
+    root, parts = path.parent, [path.stem]
+    while (root / "__init__.py").is_file():
+        parts.insert(0, root.name)
+        root = root.parent
+    shown = (
+        os.path.relpath(path, cwd) if path.is_relative_to(cwd) else ".".join(parts).replace(".", "/") + ".py"
+    )
+    return Source(".".join(parts), path, None, Path(shown).as_posix(), root)
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def plan_mutants(settings: Settings) -> tuple[list[SiteMutant], dict[str, dict], str, dict[str, str]]:
+    """The mutants, the spans of the functions they mutate, the digest of the files' module-level
+    code, and the files' texts (by shown path)."""
+    mutants: list[SiteMutant] = []
+    functions: dict[str, dict] = {}
+    context: list[str] = []
+    texts: dict[str, str] = {}
+    for source in settings.sources:
+        text = source.file.read_text(encoding="utf-8")
+        texts[source.shown] = text
+        spans = function_spans(text)
+        only = source.only
+        if settings.since is not None:
+            try:
+                changed = changed_since(settings.since, source.file, spans)
+            except ValueError as error:
+                raise CampaignError(str(error)) from None
+            only = changed if only is None else only & changed
+        made = mutants_in(text, source.module, source.shown, only)
+        mutants += made
+        lines = text.splitlines(keepends=True)
+        rest = list(lines)
+        for qualname, (first, last, body) in spans.items():
+            key = f"{source.module}.{qualname}"
+            function_text = "".join(lines[first - 1 : last])
+            rest[first - 1 : last] = [""] * (last - first + 1)
+            if any(m.qualname == qualname for m in made):
+                functions[key] = {
+                    "file": str(source.file),
+                    "first": first,
+                    "last": last,
+                    "body": body,
+                    "digest": history.digest(function_text),
+                }
+        context.append(f"{source.module}\n{''.join(rest)}")
+    return mutants, functions, history.digest(*context), texts
+
+
+def support_texts(settings: Settings, mutated: set[Path]) -> list[str]:
+    """What the tests' results depend on beside their own modules and the mutated files: the kit's
+    support code, or the project's configuration and non-test Python files."""
+    if settings.suite == "kit":
+        import attnspec.properties as properties
+
+        kit = Path(properties.__file__).resolve().parent.parent
+        files = sorted(
+            p
+            for folder in ("properties", "specs")
+            for p in (kit / folder).rglob("*.py")
+            if not p.name.startswith("test_")
+        )
+        return [settings.impl, settings.select] + [
+            f"{p.relative_to(kit)}\n{p.read_text(encoding='utf-8')}" for p in files
+        ]
+    files = []
+    for path in sorted(settings.cwd.rglob("*")):
+        relative = path.relative_to(settings.cwd)
+        if any(part.startswith(".") or part in SKIPPED_DIRS for part in relative.parts[:-1]):
+            continue
+        if not path.is_file() or path.resolve() in mutated:
+            continue
+        test_file = path.name.startswith("test_") or path.name.endswith("_test.py")
+        if (path.suffix == ".py" and not test_file) or path.name in CONFIG_FILES:
+            files.append(f"{relative.as_posix()}\n{path.read_text(encoding='utf-8', errors='replace')}")
+    return [" ".join(settings.arguments), *files]
+
+
+def kit_arguments(settings: Settings) -> list[str]:
+    import attnspec.properties as properties
+
+    folder = Path(properties.__file__).resolve().parent
+    arguments = [str(folder), "-c", os.devnull, f"--rootdir={folder.parent}", "-p", "no:cacheprovider"]
+    # --tb=native: pytest's own traceback style parses each frame's source (seconds per failing test)
+    arguments += ["-q", "--no-header", "--tb=native", "-p", "no:warnings", f"--impl={settings.impl}"]
+    arguments += ["--ignore", str(folder / "meta_tests")]
+    return arguments + (["-k", settings.select] if settings.select else [])
+
+
+def pytest_arguments(settings: Settings) -> list[str]:
+    """The user's pytest arguments, with nothing written into their project (no cache)."""
+    return [*settings.arguments, "-p", "no:cacheprovider", "-q", "--no-header", "--tb=native"]
+
+
+def write_plan(
+    settings: Settings, workspace: Path, mutants: list[SiteMutant], functions: dict, context: str
+) -> None:
+    (workspace / "sources").mkdir()
+    planned = []
+    for mutant in mutants:
+        file = workspace / "sources" / f"{mutant.name}.py"
+        file.write_text(mutant.source, encoding="utf-8")
+        function = f"{mutant.module}.{mutant.qualname}"
+        planned.append(
+            {
+                "name": mutant.name,
+                "fault": mutant.fault,
+                "module": mutant.module,
+                "qualname": mutant.qualname,
+                "function": function,
+                "file": str(file),
+                "original": functions[function]["file"],
+                "lines": list(mutant.lines),
+                "code": history.digest(functions[function]["digest"], mutant.diff.split("\n", 2)[-1]),
+            }
+        )
+    previous = settings.out_dir / RESULTS
+    mutated = {source.file.resolve() for source in settings.sources}
+    plan = {
+        "workspace": str(workspace),
+        "cwd": str(settings.cwd),
+        "suite": settings.suite,
+        "workers": max(1, settings.workers),
+        "matrix": settings.suite == "kit",
+        "min_timeout_s": 60.0 if settings.suite == "kit" else 30.0,
+        "incremental": settings.incremental,
+        "previous": str(previous) if settings.incremental and previous.exists() else None,
+        "progress": str(workspace / "progress.json"),
+        "results": str(workspace / "results.json"),
+        "mutants": planned,
+        "functions": functions,
+        "context": context,
+        "support": support_texts(settings, mutated),
+        "paths": sorted({str(s.root) for s in settings.sources if s.root} | {str(settings.cwd)}),
+    }
+    if settings.suite == "kit":
+        plan["pytest_args"] = kit_arguments(settings)
+    elif settings.suite == "pytest":
+        plan["pytest_args"] = pytest_arguments(settings)
+    else:
+        plan["command"] = settings.arguments
+        named = [settings.cwd / a for a in settings.arguments[1:]]  # the files the command names
+        plan["test_files"] = [
+            str(p.resolve()) for p in named if p.is_file() and p.resolve().is_relative_to(settings.cwd)
+        ]
+    (workspace / "plan.json").write_text(json.dumps(plan, indent=1))
+
+
+def worker_env(settings: Settings, workspace: Path, paths: list[str]) -> dict[str, str]:
+    import attnspec
+
+    kit = str(Path(attnspec.__file__).resolve().parent.parent)
+    extra = {
+        "PYTHONPATH": os.pathsep.join([kit, *paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    }
+    if settings.suite == "kit":
+        extra.update(ATTNSPEC_IMPL=settings.impl, HYPOTHESIS_PROFILE="mutation")
+    else:  # Hypothesis's example database goes to the workspace, not the user's project
+        extra.update(HYPOTHESIS_STORAGE_DIRECTORY=str(workspace / "hypothesis"))
+    return engine_env(**extra)
+
+
+# --- reporting ----------------------------------------------------------------------------------
+
+
+def report_mutants(mutants: list[SiteMutant], results: dict, triage: dict) -> list[Mutant]:
+    coverage = history.coverage(results["tests"])
+    made = []
+    for site in mutants:
+        result = results["mutants"].get(site.name, {"status": "Pending", "failures": []})
+        failures = result.get("failures", [])
+        covering = coverage.get(result.get("function", ""), [])
+        reaching = history.reaching(result, covering, results["tests"]) if "site" in result else []
+        made.append(
+            Mutant(
+                name=site.name,
+                path=site.path,
+                operator=site.fault,
+                status=result["status"],
+                start=site.start,
+                end=site.end,
+                replacement=site.replacement,
+                diff=site.diff,
+                covered_by=reaching,
+                killed_by=[f[0] for f in failures],
+                killing_requirements=sorted({r for f in failures for r in f[1]}),
+                duration_s=result.get("seconds"),
+                tests_completed=result.get("tests_run"),
+                reason=result.get("reason", ""),
+                triage=triage.get(site.name, {}).get("reason", ""),
+            )
+        )
+    return made
+
+
+def git_prefix(cwd: Path) -> str:
+    """The path from the repository's root to ``cwd`` (annotations name files from the root)."""
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    relative = os.path.relpath(cwd.resolve(), Path(top).resolve())
+    return "" if relative == "." else Path(relative).as_posix()
+
+
+def write_reports(
+    settings: Settings, mutants: list[SiteMutant], texts: dict[str, str], results: dict, wall_s: float
+) -> int:
+    out_dir = settings.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    triage = dict(settings.triage)
+    shown = [
+        Mutant(name=m.name, path=m.path, operator=m.fault, status="", start=m.start, end=m.end)
+        for m in mutants
+    ]
+    try:
+        triage.update(inline(texts, shown))
+    except TriageError as error:
+        raise CampaignError(str(error)) from None
+    reported = report_mutants(mutants, results, triage)
+    durations = {test: entry["duration"] for test, entry in results["tests"].items()}
+    phases = results["phases"]
+    performance = {
+        "setup": max(0.0, wall_s - phases["clean_s"] - phases["mutants_s"]),
+        "initialRun": phases["clean_s"],
+    }
+    performance["mutation"] = phases["mutants_s"]
+    config = {
+        "campaign": settings.name,
+        "mode": settings.suite,
+        "sources": {s.shown: str(s.file) for s in settings.sources},
+    }
+    if settings.since:
+        config["since"] = settings.since
+    framework = {
+        "name": "attnspec mutate" if settings.strict else "attnspec conformance",
+        "dependencies": {"attnspec fault catalogue": ", ".join(f.id for f in FAULTS)},
+    }
+    report = stryker_report(reported, texts, durations, config, performance, framework)
+    report_path = out_dir / "mutation-report.json"
+    report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (out_dir / "index.html").write_text(render(report), encoding="utf-8")
+    (out_dir / RESULTS).write_text(json.dumps(results), encoding="utf-8")
+    rows = fault_rows(reported, triage, settings.strict)
+    where = report_path.relative_to(settings.cwd) if report_path.is_relative_to(settings.cwd) else report_path
+    tests_run = f"{phases['tests_traced']} of {len(results['tests'])} tests run"
+    mutants_run = f"{phases['mutants_run']} run, {phases['mutants_reused']} reused"
+    clean, mutation = f"{phases['clean_s']:.1f} s", f"{phases['mutants_s']:.1f} s"
+    notes = [f"clean run {clean} ({tests_run}), mutants {mutation} ({mutants_run})"]
+    if results.get("not_reused"):
+        notes.append(f"nothing reused: {results['not_reused']}")
+    text, failures = summary_text(
+        settings.title, reported, rows, triage, wall_s, where, settings.strict, notes
+    )
+    # the requirements whose properties ran for the target (not all skipped): the matrix expects those
+    ran = [entry for entry in results["tests"].values() if not entry.get("skipped")]
+    requirements = {r for entry in ran for r in entry.get("requirements", [])}
+    if settings.suite == "kit":
+        cells, paths = kill_cells(failures_by_fault(reported, results))
+        text += "\n\n" + write_matrix(cells, paths, out_dir, settings.cwd, requirements)
+    (out_dir / "junit.xml").write_text(
+        junit_xml(settings.title, reported, rows, triage, wall_s, settings.strict)
+    )
+    commands = annotations(reported, triage, settings.strict, git_prefix(settings.cwd))
+    (out_dir / "annotations.txt").write_text("".join(c + "\n" for c in commands))
+    if settings.github or os.environ.get("GITHUB_ACTIONS") == "true":
+        print("\n".join(commands), flush=True)
+    print(text, flush=True)
+    (out_dir / "mutation-summary.txt").write_text(text + "\n")
+    if settings.table:
+        table = {
+            "target": settings.name,
+            "catalogue": catalogue_fingerprint(),
+            "seconds": round(wall_s),
+            "faults": rows,
+        }
+        (out_dir / "fault-table.json").write_text(json.dumps(table, indent=1))
+    return 1 if failures else 0
+
+
+def catalogue_fingerprint() -> str:
+    """Which catalogue a table was measured with (its operators' source)."""
+    from .generators import catalogue
+
+    return hashlib.sha256(Path(catalogue.__file__).read_bytes()).hexdigest()[:16]
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def run(settings: Settings) -> int:
+    """One campaign; its gate's exit status (0 passed, 1 failed).  Raises CampaignError when it
+    cannot run, KeyboardInterrupt when interrupted (the workspace is removed either way)."""
+    started = time.monotonic()
+    mutants, functions, context, texts = plan_mutants(settings)
+    files = ", ".join(
+        s.shown + ("" if s.only is None else f" ({len(s.only)} functions)") for s in settings.sources
+    )
+    if not mutants:
+        if settings.since is not None:
+            print(f"nothing to mutate: no function with a catalogue site changed since {settings.since}")
+            return 0
+        raise CampaignError(f"nothing to mutate: no catalogue fault has a site in {files}")
+    faults = ", ".join(f.id for f in FAULTS if any(m.fault == f.id for m in mutants))
+    scope = f" (functions changed since {settings.since})" if settings.since else ""
+    print(f"{settings.name}: {len(mutants)} catalogue mutants of {faults} in {files}{scope}", flush=True)
+    workspace = Path(tempfile.mkdtemp(prefix="attnspec-mutate-"))
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        write_plan(settings, workspace, mutants, functions, context)
+        plan = json.loads((workspace / "plan.json").read_text())
+        watch = Watch(workspace, started)
+        log = workspace / "engine.log"
+        command = [sys.executable, "-m", "attnspec.mutation.worker", str(workspace)]
+        code = watch.run(command, worker_env(settings, workspace, plan["paths"]), log, cwd=settings.cwd)
+        results_path = workspace / "results.json"
+        results = json.loads(results_path.read_text()) if results_path.exists() else {}
+        if code != 0 or "error" in results or not results:
+            why = results.get("error") or f"the engine exited with {code}"
+            raise CampaignError(f"{why}; last lines of its log:\n{log_tail(log)}")
+        return write_reports(settings, mutants, texts, results, time.monotonic() - started)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if settings.keep:
+            print(f"workspace kept at {workspace}")
+        else:
+            shutil.rmtree(workspace, ignore_errors=True)

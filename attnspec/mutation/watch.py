@@ -1,0 +1,121 @@
+"""Running a campaign's engine process and watching it: a progress line with the ETA, and the
+whole process group stopped on the way out (also on Ctrl-C or SIGTERM), so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
+POLL_S = 0.2  # how often the engine process is checked on: its end is seen this late at most
+
+
+class Watch:
+    """The engine process of one campaign and what the progress file says about it."""
+
+    def __init__(self, workspace: Path, started: float | None = None, starting: str = "starting") -> None:
+        self.workspace = workspace
+        self.starting = starting  # what the engine process does before its clean run
+        self.started = started if started is not None else time.monotonic()
+        self.tests_started: float | None = None  # when the engine began testing mutants
+        self.finished: float | None = None
+
+    def read_progress(self) -> dict | None:
+        """The engine's progress file (None before the engine starts, or while it is being replaced)."""
+        try:
+            return json.loads((self.workspace / "progress.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def line(self, progress: dict | None) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        clock = f"{elapsed // 60}m{elapsed % 60:02d}s"
+        if progress is None:
+            return f"[{self.starting} {clock}]"
+        counts, total = progress["counts"], progress["total"]
+        if progress["phase"] == "clean run":
+            done = f"{counts['tested']}/" if "tested" in counts else ""  # split over workers: no count
+            return f"[clean run {clock}] {done}{total} tests"
+        done = sum(counts.values())
+        line = f"[testing mutants {clock}] {done}/{total}  " + "  ".join(
+            f"{status.lower()} {counts.get(status, 0)}"
+            for status in ("Killed", "Survived", "Timeout", "NoCoverage")
+        )
+        elapsed_s = time.monotonic() - self.tests_started if self.tests_started is not None else 0.0
+        if done and elapsed_s >= 1.0:  # a rate over less than a second says nothing
+            rate = done / elapsed_s
+            eta = (total - done) / rate if rate else 0.0
+            line += f"  {rate:.2f}/s  ETA {int(eta) // 60}m{int(eta) % 60:02d}s"
+        return line
+
+    def follow(self, process: subprocess.Popen) -> None:
+        tty = sys.stdout.isatty()
+        last_print, last_phase = 0.0, ""
+        while process.poll() is None:
+            time.sleep(POLL_S)
+            progress = self.read_progress()
+            if self.tests_started is None and progress and progress["phase"] == "testing mutants":
+                self.tests_started = time.monotonic()
+            phase = progress["phase"] if progress else ""
+            due = time.monotonic() - last_print >= (1.0 if tty else PROGRESS_EVERY_S)
+            if due or phase != last_phase:  # a line at least at every change of phase
+                last_phase = phase
+                line = self.line(progress)
+                print("\r" + line.ljust(110) if tty else line, end="" if tty else "\n", flush=True)
+                last_print = time.monotonic()
+        if tty:
+            print()
+        if self.tests_started is None:
+            self.tests_started = time.monotonic()
+        self.finished = time.monotonic()
+
+    def run(self, command: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> int:
+        """Run ``command`` in its own process group, its output to ``log``, following its progress;
+        the group is stopped whatever happens.  Returns its exit status."""
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            self.follow(process)
+        finally:
+            stop(process)
+        return process.returncode
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a process and everything it forked (its own process group)."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-lines:])
+
+
+def engine_env(**extra: str) -> dict[str, str]:
+    """The engine process's environment: one torch thread (forked children cannot hang on torch's
+    thread pool), the CPU (forked children cannot share a CUDA context), no bytecode written."""
+    env = dict(os.environ)
+    env.pop("MUTANT_UNDER_TEST", None)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", ATTNSPEC_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    env.update(extra)
+    return env

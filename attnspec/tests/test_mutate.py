@@ -1,0 +1,286 @@
+"""`attnspec mutate`: the catalogue's faults in a user's code, judged by the user's own tests.
+
+On a copy of examples/user_project (a GPT-style attention module with a shapes-only test file and
+a strong one) and on a tiny project whose tests are a plain script: exit codes, the surviving
+faults named, the files never written, nothing left behind on Ctrl-C, --since, --incremental,
+inline triage, and the reports (Stryker schema, JUnit, GitHub annotations).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from attnspec.mutation.generators.catalogue import FAULTS
+from mutants.tests.test_machinery import check_stryker_shape, stryker_schema  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = REPO / "examples" / "user_project"
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def copy_project(where: Path) -> Path:
+    project = where / "project"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    return project
+
+
+def environment(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNSPEC_", "HYPOTHESIS_", "GITHUB_"))}
+    env.pop("MUTANT_UNDER_TEST", None)
+    env.update(TMPDIR=str(tmp), PYTHONPATH=str(REPO))
+    return env
+
+
+def mutate(cwd: Path, tmp: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", *args]
+    return subprocess.run(
+        command, cwd=cwd, env=environment(tmp), capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def campaigns(tmp_path_factory) -> dict:
+    """The shapes-only and the strong suite, each once, on one copy of the project."""
+    project = copy_project(tmp_path_factory.mktemp("user"))
+    tmp = tmp_path_factory.mktemp("tmp")
+    before = tree_digest(project)
+    runs = {
+        name: mutate(
+            project,
+            tmp,
+            "attention.py",
+            "--out",
+            f"../reports-{name}",
+            "--",
+            "pytest",
+            f"tests/test_{name}.py",
+        )
+        for name in ("shapes", "strong")
+    }
+    return {"project": project, "tmp": tmp, "before": before, "runs": runs}
+
+
+def test_shapes_only_tests_let_faults_survive_and_strong_ones_kill_them_all(campaigns):
+    shapes, strong = campaigns["runs"]["shapes"], campaigns["runs"]["strong"]
+    assert shapes.returncode == 1, shapes.stdout + shapes.stderr
+    assert strong.returncode == 0, strong.stdout + strong.stderr
+    survived = re.findall(r"^  (F\d+)\s+survived", shapes.stdout, re.M)
+    assert len(survived) >= 5, shapes.stdout  # each named, with its diff
+    assert "SURVIVED (not triaged): attention." in shapes.stdout and "\n           -" in shapes.stdout
+    assert "gate: FAILED" in shapes.stdout and "gate: passed" in strong.stdout
+    assert not re.findall(r"^  F\d+\s+(survived|not killed)", strong.stdout, re.M)
+    killed = re.findall(r"^  (F\d+)\s+killed", strong.stdout, re.M)
+    assert set(survived) <= set(killed)
+    assert re.search(r"killed by tests/test_strong\.py::", strong.stdout)
+
+
+def test_the_users_files_are_untouched_and_nothing_is_left_behind(campaigns):
+    project = campaigns["project"]
+    assert tree_digest(project) == campaigns["before"]  # no cache, no bytecode, no mutant written
+    assert list(campaigns["tmp"].iterdir()) == []  # the workspaces are gone
+
+
+def test_the_reports_validate(campaigns, stryker_schema):  # noqa: F811 (the fixture)
+    out = campaigns["project"].parent / "reports-shapes"
+    report = json.loads((out / "mutation-report.json").read_text())
+    check_stryker_shape(report)
+    jsonschema.validators.validator_for(stryker_schema)(stryker_schema).validate(report)
+    statuses = {m["status"] for f in report["files"].values() for m in f["mutants"]}
+    assert {"Killed", "Survived"} <= statuses
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name").split()[0] for c in cases] == [f.id for f in FAULTS]  # one case per fault
+    survivors = [m for f in report["files"].values() for m in f["mutants"] if m["status"] == "Survived"]
+    assert sum(len(c.findall("failure")) for c in cases) == len(survivors)  # a failure per survivor
+    assert int(suite.get("failures")) == sum(1 for c in cases if c.findall("failure"))
+    commands = (out / "annotations.txt").read_text().splitlines()
+    assert len(commands) == len(survivors)
+    for command in commands:
+        assert re.fullmatch(r"::warning file=[^,]+,line=\d+,endLine=\d+,col=\d+,title=[^:]+::[^\n]+", command)
+        assert "\r" not in command
+    page = (out / "index.html").read_text()
+    assert page.lower().startswith("<!doctype html>") and survivors[0]["replacement"] in page
+
+
+def test_a_comment_in_the_source_triages_a_survivor_and_its_reason_is_in_every_report(tmp_path):
+    project = copy_project(tmp_path)
+    source = project / "attention.py"
+    text = source.read_text()
+    line = next(x for x in text.splitlines() if "training=self.training" in x)
+    source.write_text(text.replace(line, line + "  # attnspec: equivalent F21 -- the model has no dropout"))
+    done = mutate(
+        project, tmp_path, "attention.py", "--out", "../out", "--", "pytest", "tests/test_shapes.py"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "triaged equivalent: attention.CausalSelfAttention.forward__F21_1" in done.stdout
+    assert re.search(r"^  F21\s+equivalent", done.stdout, re.M)
+    report = json.loads((tmp_path / "out" / "mutation-report.json").read_text())
+    (entry,) = [m for f in report["files"].values() for m in f["mutants"] if m["mutatorName"] == "F21"]
+    assert "the model has no dropout" in entry["statusReason"]
+    assert "the model has no dropout" in (tmp_path / "out" / "annotations.txt").read_text()
+    assert "the model has no dropout" in (tmp_path / "out" / "junit.xml").read_text()
+    source.write_text(text.replace(line, line + "  # attnspec: equivalent F21"))  # no reason: refused
+    done = mutate(
+        project, tmp_path, "attention.py", "--out", "../out2", "--", "pytest", "tests/test_shapes.py"
+    )
+    assert done.returncode == 2 and "a triage comment reads" in done.stderr
+
+
+def git(cwd: Path, *args: str) -> None:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_since_a_ref_only_the_changed_functions_mutants_run_and_unchanged_results_are_reused(tmp_path):
+    project = copy_project(tmp_path)
+    git(project, "init", "-q")
+    git(project, "add", ".")
+    git(project, "commit", "-q", "-m", "start")
+    source = project / "attention.py"
+    text = source.read_text()
+    head, block = text.split("class Block", 1)
+    edited = block.replace(
+        "        return x + ", "        # the residual around the attention\n        return x + ", 1
+    )
+    assert edited != block
+    source.write_text(head + "class Block" + edited)
+    done = mutate(
+        project, tmp_path, "attention.py", "--since", "HEAD", "--out", "../since", "--", "pytest", "tests"
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    report = json.loads((tmp_path / "since" / "mutation-report.json").read_text())
+    names = [m["id"] for f in report["files"].values() for m in f["mutants"]]
+    assert names and all(name.startswith("attention.Block.forward__") for name in names), names
+    assert "(functions changed since HEAD)" in done.stdout
+    git(project, "commit", "-q", "-am", "edit")
+    done = mutate(
+        project, tmp_path, "attention.py", "--since", "HEAD", "--out", "../since2", "--", "pytest", "tests"
+    )
+    assert done.returncode == 0 and "nothing to mutate" in done.stdout
+
+    first = mutate(
+        project, tmp_path, "attention.py", "--incremental", "--out", "../inc", "--", "pytest", "tests"
+    )
+    again = mutate(
+        project, tmp_path, "attention.py", "--incremental", "--out", "../inc", "--", "pytest", "tests"
+    )
+    assert first.returncode == again.returncode == 0, first.stdout + again.stdout
+    count = len(json.loads((tmp_path / "inc" / "mutation-results.json").read_text())["mutants"])
+    assert f"({count} run, 0 reused)" in first.stdout, first.stdout
+    assert f"(0 run, {count} reused)" in again.stdout, again.stdout
+
+
+TINY = """
+import math
+
+
+def scores(q, k, d):
+    return q * k / math.sqrt(d)
+
+
+def slow_scores(q, k, d):
+    return q * k / math.sqrt(d)
+"""
+CHECK = """
+import sys
+
+import tiny
+
+assert abs(tiny.scores(2.0, 3.0, 4) - 3.0) < 1e-12, "scores"
+if len(sys.argv) > 1:
+    import time
+
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_any_command_is_a_test_source_and_a_line_it_never_runs_is_not_exercised(tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "check.py").write_text(CHECK)
+    done = mutate(tmp_path, tmp_path, "tiny.py", "--out", "out", "--", sys.executable, "check.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "killed by the test command" in done.stdout
+    assert "NOT EXERCISED: tiny.slow_scores__F3_1" in done.stdout  # check.py never calls it
+    results = json.loads((tmp_path / "out" / "mutation-results.json").read_text())["mutants"]
+    assert results["tiny.scores__F3_1"]["status"] == "Killed"
+    assert results["tiny.slow_scores__F3_1"]["status"] == "NoCoverage"
+
+
+def test_it_cannot_run_when_the_tests_fail_unmutated_or_nothing_can_be_mutated(tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "check.py").write_text(CHECK.replace("- 3.0)", "- 4.0)"))  # a test that fails unmutated
+    (tmp_path / "plain.py").write_text("def f(x):\n    return x\n")
+    done = mutate(tmp_path, tmp_path, "tiny.py", "--", sys.executable, "check.py")
+    assert done.returncode == 2 and "the clean run did not pass" in done.stderr, done.stderr
+    done = mutate(tmp_path, tmp_path, "plain.py", "--", sys.executable, "check.py")
+    assert done.returncode == 2 and "nothing to mutate" in done.stderr, done.stderr
+    done = mutate(tmp_path, tmp_path, "tiny.py")
+    assert done.returncode == 2 and "give the test command after --" in done.stderr
+    assert not (tmp_path / "attnspec-mutation").exists()
+
+
+def test_ctrl_c_leaves_nothing_behind(tmp_path):
+    project = copy_project(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    before = tree_digest(project)
+    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", "attention.py", "--", "pytest", "tests"]
+    process = subprocess.Popen(
+        command,
+        cwd=project,
+        env=environment(tmp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("[testing mutants") or time.monotonic() > deadline:
+            break
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert list(tmp.iterdir()) == []
+    assert tree_digest(project) == before and not (project / "attnspec-mutation").exists()
+    time.sleep(1)
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"attnspec.mutation.worker {tmp}"], capture_output=True, text=True
+    )
+    assert leftovers.stdout == ""
+
+
+def test_the_kit_grades_itself_on_a_users_file_from_the_same_command(tmp_path):
+    shutil.copy(REPO / "examples" / "toy_attention.py", tmp_path / "toy_attention.py")
+    done = mutate(
+        tmp_path,
+        tmp_path,
+        "--kit",
+        "--impl",
+        "toy_attention:attention",
+        "toy_attention.py",
+        "-k",
+        "matches_the_oracle",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "conformance campaign: toy_attention:attention" in done.stdout and "kill matrix" in done.stdout
