@@ -22,7 +22,11 @@ def main() -> int:
         from .suites.command import main as run
     else:
         from .suites.pytest_suite import main as run
-    results = run(plan, generator)
+    return finish(run(plan, generator))
+
+
+def finish(results: dict) -> int:
+    """An engine process's exit status: 1, the reason printed, when the campaign could not run."""
     if "error" in results:
         print(f"campaign failed: {results['error']}", flush=True)
         return 1

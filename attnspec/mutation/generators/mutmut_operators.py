@@ -414,12 +414,9 @@ def main() -> int:
     plan = json.loads(plan_path.read_text(encoding="utf-8"))
     os.chdir("mutants")
     from ..suites.pytest_suite import main as run_session
+    from ..worker import finish
 
-    results = run_session(plan, Trampolines(Path(plan["workspace"])))
-    if "error" in results:
-        print(f"campaign failed: {results['error']}", flush=True)
-        return 1
-    return 0
+    return finish(run_session(plan, Trampolines(Path(plan["workspace"]))))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ def annotations(mutants: list[Mutant], triage: dict, strict: bool, root: str = "
             continue
         file = f"{root.rstrip('/')}/{mutant.path}" if root else mutant.path
         where = (
-            f"file={escape_property(file)},line={mutant.start[0]},endLine={max(mutant.end[0], mutant.start[0])},"
+            f"file={escape_property(file)},line={mutant.start[0]},"
+            f"endLine={max(mutant.end[0], mutant.start[0])},"
             f"col={mutant.start[1]}"
         )
         what = "survived" if mutant.status == "Survived" else "is not exercised by any test"

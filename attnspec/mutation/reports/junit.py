@@ -14,7 +14,9 @@ from ..triage import untriaged
 from .stryker import Mutant
 
 
-def junit_xml(title: str, mutants: list[Mutant], rows: dict, triage: dict, wall_s: float, strict: bool) -> str:
+def junit_xml(
+    title: str, mutants: list[Mutant], rows: dict, triage: dict, wall_s: float, strict: bool
+) -> str:
     stamp = datetime.datetime.now().replace(microsecond=0).isoformat()
     suite = ET.Element("testsuite", name=title, timestamp=stamp, time=f"{wall_s:.3f}")
     failures = skipped = 0

@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..generators.catalogue import FAULTS
-from ..history import coverage as tests_by_function
 
 UNDETECTED = ("Survived", "NoCoverage")  # what the gate calls a survivor
 ANOTHER_SHARD = "run by another shard"  # the reason of a shard report's Pending mutants

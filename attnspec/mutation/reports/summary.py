@@ -177,7 +177,8 @@ def summary_text(
     out = [
         f"{title}, {len(mutants)} catalogue mutants in {wall_s:.0f} s",
         f"killed {killed}   survived {survived}   not exercised {not_run}   "
-        f"test strength {percent(killed, killed + undetected)} (killed/(killed+{'undetected' if strict else 'survived'}))",
+        f"test strength {percent(killed, killed + undetected)} "
+        f"(killed/(killed+{'undetected' if strict else 'survived'}))",
         *notes,
         "",
         "catalogue faults:",
@@ -205,18 +206,23 @@ def summary_text(
             elif mutant.status == "NoCoverage":
                 reach = "no test runs this line" if strict else "no property runs this line; "
                 reach += "" if strict else f"the kit reaches {fault.id} through {fault.reached_through}"
-                out.append(f"         {'NOT EXERCISED' if strict else 'not exercised'}: {mutant.name} at {where} ({reach})")
+                label = "NOT EXERCISED" if strict else "not exercised"
+                out.append(f"         {label}: {mutant.name} at {where} ({reach})")
                 if strict:
                     out += ["           " + line for line in mutant.diff.splitlines()[2:]]
             elif mutant.status == "Survived":
                 out.append(f"         SURVIVED ({untriaged(mutant, triage)}): {mutant.name} at {where}")
                 out += ["           " + line for line in mutant.diff.splitlines()[2:]]
             elif mutant.status != "Killed":
-                out.append(f"         {mutant.status}: {mutant.name} at {where} {mutant.problem or mutant.reason}")
+                why = mutant.problem or mutant.reason
+                out.append(f"         {mutant.status}: {mutant.name} at {where} {why}")
         if row["status"] in ("survived", "not killed"):
             failures.append(f"{fault.id} {row['status']}")
     detected = {m.name for m in mutants if m.status == "Survived" or (strict and m.status == "NoCoverage")}
-    stale = sorted(triage[name].get("source", name) if name.startswith("unused:") else name for name in set(triage) - detected)
+    stale = sorted(
+        triage[name].get("source", name) if name.startswith("unused:") else name
+        for name in set(triage) - detected
+    )
     if stale:
         out += ["", "triage entries that match no survivor (remove them): " + ", ".join(stale)]
     out += ["", f"report: {report}"]
