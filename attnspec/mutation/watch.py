@@ -34,8 +34,7 @@ class Watch:
             return None
 
     def line(self, progress: dict | None) -> str:
-        elapsed = int(time.monotonic() - self.started)
-        clock = f"{elapsed // 60}m{elapsed % 60:02d}s"
+        clock = minutes(time.monotonic() - self.started)
         if progress is None:
             return f"[{self.starting} {clock}]"
         counts, total = progress["counts"], progress["total"]
@@ -49,9 +48,12 @@ class Watch:
         )
         elapsed_s = time.monotonic() - self.tests_started if self.tests_started is not None else 0.0
         if done and elapsed_s >= 1.0:  # a rate over less than a second says nothing
-            rate = done / elapsed_s
-            eta = (total - done) / rate if rate else 0.0
-            line += f"  {rate:.2f}/s  ETA {int(eta) // 60}m{int(eta) % 60:02d}s"
+            line += f"  {done / elapsed_s:.2f}/s"
+        eta = progress.get("eta")
+        if eta and eta["seconds"] is not None:
+            line += f"  ETA {minutes(eta['seconds'])}"
+        elif eta and eta["matrix_left"]:  # the other mutants' pace is not known yet
+            line += f"  kill matrix: {eta['matrix_left']} left, ~{minutes(eta['matrix_seconds'])}"
         return line
 
     def follow(self, process: subprocess.Popen) -> None:
@@ -87,6 +89,10 @@ class Watch:
         finally:
             stop(process)
         return process.returncode
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
 def stop(process: subprocess.Popen) -> None:

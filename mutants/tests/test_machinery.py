@@ -453,3 +453,32 @@ def test_a_property_computes_a_failures_wording_only_once_it_has_failed():
                 assert id(call) in handled, (
                     f"{path.name}:{call.lineno} words a failure before any check failed"
                 )
+
+
+def test_the_eta_weighs_the_kill_matrix_by_its_budget_and_the_rest_by_their_pace():
+    from attnspec.mutation.engine import Job, Remaining
+    from attnspec.mutation.watch import Watch
+
+    # the matrix first (each runs all its covering tests), then many mutants killed in a blink
+    matrix = [Job(f"m{i}", [], True, budget_s=10.0) for i in range(4)]
+    ordinary = [Job(f"o{i}", [], False, budget_s=10.0) for i in range(100)]
+    remaining = Remaining(matrix + ordinary, workers=2)
+    first = remaining.estimate()
+    assert first["seconds"] is None  # the ordinary mutants' pace is unknown yet
+    assert (first["matrix_left"], first["matrix_seconds"]) == (4, 20.0)  # 4 x 10 s on 2 workers
+    for job in matrix[:2]:
+        remaining.done(job, 20.0)  # twice its budget: the two left should take 2 x 20 s / 2
+    assert remaining.estimate()["matrix_seconds"] == pytest.approx(20.0)
+    for job in matrix[2:] + ordinary[:10]:
+        remaining.done(job, 20.0 if job.matrix else 0.1)
+    # 90 ordinary mutants at 0.1 s each on 2 workers: 4.5 s, nowhere near the overall rate's
+    # (14 jobs took 81 s: 5.8 s a job, 260 s for the 90 left on 2 workers)
+    assert remaining.estimate()["seconds"] == pytest.approx(4.5)
+
+    watch = Watch(Path("."), started=time.monotonic() - 75)
+    watch.tests_started = time.monotonic() - 70
+    progress = {"phase": "testing mutants", "total": 104, "counts": {"Killed": 2}, "eta": first}
+    assert watch.line(progress).endswith("kill matrix: 4 left, ~0m20s")
+    progress["eta"] = remaining.estimate()
+    assert watch.line(progress).startswith("[testing mutants 1m15s] 2/104  killed 2")
+    assert watch.line(progress).endswith("ETA 0m04s")
