@@ -115,20 +115,21 @@ class KitProperties(pytest.Directory):
     def collect(self) -> Iterator[pytest.Module]:
         for path in sorted(self.path.glob(TEST_FILES)):
             # their assertions rewritten, as pytest rewrites those of files its python_files names
-            pytest.register_assert_rewrite(_module_name(path))
+            pytest.register_assert_rewrite(importable_name(path)[0])
             yield KitModule.from_parent(self, path=path, nodeid=f"{NODEID}/{path.name}")
 
 
-def _module_name(path: Path) -> str:
-    """The name a test file is imported under: its dotted path from the outermost folder above it that
-    is still a package (attnspec.properties.test_attention from a wheel, properties.test_attention in
-    a checkout), as pytest imports it."""
+def importable_name(path: Path) -> tuple[str, Path]:
+    """The name a Python file is imported under, and the folder to put on the path for it: its
+    dotted path from the outermost folder above it that is still a package
+    (attnspec.properties.test_attention from a wheel, properties.test_attention in a checkout), as
+    pytest imports it."""
     parts = [path.stem]
     folder = path.parent
     while (folder / "__init__.py").is_file():
         parts.insert(0, folder.name)
         folder = folder.parent
-    return ".".join(parts)
+    return ".".join(parts), folder
 
 
 class KitModule(pytest.Module):

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnspec.pytest_plugin import importable_name
+
 from . import history
 from .generators.catalogue import FAULTS
 from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
@@ -136,14 +138,9 @@ def file_source(file: str, cwd: Path) -> Source:
     path = (cwd / file).resolve()
     if not path.is_file() or path.suffix != ".py":
         raise CampaignError(f"{file}: no such file, or not a Python file")
-    root, parts = path.parent, [path.stem]
-    while (root / "__init__.py").is_file():
-        parts.insert(0, root.name)
-        root = root.parent
-    shown = (
-        os.path.relpath(path, cwd) if path.is_relative_to(cwd) else ".".join(parts).replace(".", "/") + ".py"
-    )
-    return Source(".".join(parts), path, None, Path(shown).as_posix(), root)
+    module, root = importable_name(path)
+    shown = os.path.relpath(path, cwd) if path.is_relative_to(cwd) else module.replace(".", "/") + ".py"
+    return Source(module, path, None, Path(shown).as_posix(), root)
 
 
 # --- planning ----------------------------------------------------------------------------------

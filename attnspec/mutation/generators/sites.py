@@ -30,7 +30,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .. import history
 from ..reports.stryker import changed_span, line_column, offset_of
-from .catalogue import FAULTS, operator_table
+from .catalogue import operator_table
 
 
 @dataclass
@@ -139,15 +139,6 @@ def mutants_in(
                     )
     made.sort(key=lambda mutant: (mutant.start, mutant.name))
     return made
-
-
-def fault_reach(paths: list[Path]) -> dict[str, int]:
-    """{fault id: mutants} over every function of the given files (the catalogue's reach there)."""
-    reach = {fault.id: 0 for fault in FAULTS}
-    for path in paths:
-        for mutant in mutants_in(path.read_text(encoding="utf-8"), path.stem, str(path)):
-            reach[mutant.fault] += 1
-    return reach
 
 
 def changed_since(ref: str, file: Path, spans: dict[str, tuple[int, int, int]]) -> set[str]:
