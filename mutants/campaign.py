@@ -58,6 +58,7 @@ SUBPROCESS_TESTS = (
     "meta_tests/test_declared.py",
     "meta_tests/test_broken_modules.py",
     "meta_tests/test_broken_backwards.py",
+    "meta_tests/test_kit_runs.py",
     "meta_tests/test_peers.py",  # runs no kit, but reads README.md and examples/, which a workspace lacks
 )
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")

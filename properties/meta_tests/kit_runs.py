@@ -1,21 +1,41 @@
-"""Runs of the kit in a subprocess, as a user runs it: pytest over the properties against a target.
+"""Runs of the kit in a process of its own, as a user runs it: pytest over the properties against a
+target.
 
 The root is the folder that holds the attnspec package (the repository, or a mutation campaign's
 workspace, where the properties sit at attnspec/properties), so the run finds the same settings
 and the same copy of the code as the run that starts it.
+
+Each run is ``python -m pytest ...`` in a new process, with its own environment, arguments, standard
+output and exit code, but not a new interpreter: a warm server process, started on the first run
+and kept for the test session, has imported torch, Hypothesis and pytest once (3 of the 5.5 s that
+starting a kit run took on 2 cores), and forks one child per run.  It imports nothing of the kit's
+or of a target's, so each child imports, collects and reads its environment as a fresh
+``python -m pytest`` does.  ``ATTNSPEC_KIT_RUNS=subprocess`` starts a new interpreter per run instead.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import attnspec
 
 ROOT = Path(attnspec.__file__).resolve().parents[1]
 PROPERTIES = Path(__file__).resolve().parents[1]
+MODE_ENV = "ATTNSPEC_KIT_RUNS"
+# What the server imports before it forks: none that reads the environment or the arguments of a run
+# when imported (conftest.py and the test modules do: each child imports them).
+WARM_MODULES = ("torch", "numpy", "hypothesis", "hypothesis.extra.numpy", "pytest")
+# Hypothesis is a pytest plugin, whose modules pytest rewrites when it imports them first, and warns
+# about when they are already imported: each child marks them as not to be rewritten.
+PLUGIN_MODULES = ("hypothesis", "_hypothesis_globals")
 
 
 def run_properties(
@@ -39,9 +59,122 @@ def run_properties(
         run_env["HYPOTHESIS_PROFILE"] = profile
     if as_user:
         run_env.pop("MUTANT_UNDER_TEST", None)
-    return subprocess.run(
-        [*command, *args], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600
-    )
+    if os.environ.get(MODE_ENV) == "subprocess":
+        return subprocess.run(
+            [*command, *args], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600
+        )
+    return _server().run([*command, *args], run_env, timeout=600)
+
+
+class KitServer:
+    """The warm process that forks the kit runs (``serve`` is its loop): one request, a JSON line
+    with a run's command, environment and time limit, answered by one JSON line with its exit code
+    and output."""
+
+    def __init__(self) -> None:
+        code = "from attnspec.properties.meta_tests.kit_runs import serve; serve()"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def run(self, command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        request = {"argv": command, "env": env, "timeout": timeout}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the kit server exited with code {self.process.wait()}")
+        answer = json.loads(line)
+        if answer["timed_out"]:
+            raise subprocess.TimeoutExpired(command, timeout, answer["stdout"], answer["stderr"])
+        return subprocess.CompletedProcess(command, answer["returncode"], answer["stdout"], answer["stderr"])
+
+    def close(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            self.process.stdin.close()  # the server's loop ends at the end of its input
+            self.process.wait(timeout=60)
+
+
+_servers: list[KitServer] = []
+
+
+def _server() -> KitServer:
+    if not _servers or _servers[0].process.poll() is not None:
+        _servers[:] = [KitServer()]
+        atexit.register(_servers[0].close)
+    return _servers[0]
+
+
+def serve() -> None:
+    """The server's loop: import WARM_MODULES, then fork a child per request on standard input."""
+    import importlib
+
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+    answers = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        with tempfile.TemporaryDirectory(prefix="attnspec-kit-run-") as scratch:
+            out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
+            answers.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(request, out, err)  # never returns
+            returncode, timed_out = _wait(pid, request["timeout"])
+            answer = {
+                "returncode": returncode,
+                "timed_out": timed_out,
+                "stdout": out.read_text(errors="replace") if out.exists() else "",
+                "stderr": err.read_text(errors="replace") if err.exists() else "",
+            }
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def _child(request: dict, out: Path, err: Path) -> None:
+    """In the forked child: become ``python -m pytest ARGS`` with the request's environment."""
+    code = 3
+    try:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, written), (2, err, written)):
+            file = os.open(path, flags, 0o600)
+            os.dup2(file, fd)
+            os.close(file)
+        sys.stdin = open(os.devnull)  # not the server's requests
+        argv = request["argv"]
+        sys.argv = ["pytest", *argv[3:]]  # argv is [python, -m, pytest, ARGS...]
+        for name in PLUGIN_MODULES:
+            module = sys.modules.get(name)
+            if module is not None:
+                module.__doc__ = (module.__doc__ or "") + "\nPYTEST_DONT_REWRITE"
+        import pytest
+
+        code = int(pytest.main(argv[3:]))
+    except BaseException:  # noqa: B036 (a child must never return into the server's loop)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pid: int, timeout: float) -> tuple[int, bool]:
+    """The child's exit code (negative: the signal that ended it), and whether it ran out of time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -signal.SIGKILL, True
+        time.sleep(0.02)
 
 
 def assert_passes(done: subprocess.CompletedProcess) -> None:
