@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.cli import split_command
+from attnspec.pytest_plugin import PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
-PROFILES = ("default", "ci", "thorough")
 TRACEBACKS = ("no", "line", "short", "long", "native")  # pytest's --tb styles
 NO_DIAGNOSIS = "diagnosis: no neighbouring convention (`attnspec conventions`) explains the failures above"
 
@@ -141,7 +141,7 @@ def parser() -> argparse.ArgumentParser:
         "--profile",
         choices=PROFILES,
         default=os.environ.get("HYPOTHESIS_PROFILE", "default"),
-        help="Hypothesis examples per property: default 25, ci 150, thorough 1000",
+        help=f"{PROFILES_HELP} (quick: for editors and pre-commit hooks)",
     )
     run.add_argument(
         "--device",

@@ -10,7 +10,7 @@ TARGET comes from ``--attnspec TARGET`` or, for every run, from the ini option `
 (``-o attnspec=`` turns that off for one run).  Without either the plugin does nothing: it only adds
 its options, so `attnspec check` (pytest too) and the kit's own suite run as they did.
 
-``--attnspec-profile`` (default, ci, thorough: Hypothesis examples per property) and
+``--attnspec-profile`` (quick, default, ci, thorough: Hypothesis examples per property) and
 ``--attnspec-device`` are `attnspec check`'s --profile and --device; every property is marked
 ``attnspec`` (``-m attnspec`` runs the kit alone, ``-m "not attnspec"`` your tests alone).
 
@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 SESSION = "attnspec-session"  # the plugin of a run with a target, as registered (the kit's conftest asks)
-PROFILES = ("default", "ci", "thorough")
+PROFILES = ("quick", "default", "ci", "thorough")  # properties/conftest.py registers them
+PROFILES_HELP = "Hypothesis examples per property: quick 5, default 25, ci 150, thorough 1000"
 MARKER = "attnspec"
 INI = "attnspec"
 TEST_FILES = "test_*.py"  # the kit's own naming: properties/test_*.py (meta_tests/ is a folder below)
@@ -57,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption(
         "--attnspec-profile",
         choices=PROFILES,
-        help="Hypothesis examples per property: default 25, ci 150, thorough 1000 (default: "
+        help=f"{PROFILES_HELP} (default: "
         "$HYPOTHESIS_PROFILE when it names one of these, else default)",
     )
     group.addoption(
@@ -297,7 +298,7 @@ def _of_the_kit(nodeid: str) -> bool:
 
 class _HypothesisProfile:
     """The Hypothesis profile of your session, restored once the kit's conftest, which registers and
-    loads its own profiles (default, ci, thorough, mutation) when it is imported, has been imported and
+    loads its own profiles (quick, default, ci, thorough, mutation) when it is imported, has been imported and
     the kit's tests collected: a Hypothesis test holds the profile it was decorated under."""
 
     def __init__(self) -> None:

@@ -22,6 +22,9 @@ from attnspec.pytest_plugin import SESSION
 from attnspec.specs import REQUIREMENTS
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+# quick: for an editor or a pre-commit hook (explicit examples and a few drawn ones); default for a
+# day's work; ci and thorough for the runs that are waited for
+settings.register_profile("quick", max_examples=5, **_common)
 settings.register_profile("default", max_examples=25, **_common)
 settings.register_profile("ci", max_examples=150, **_common)
 settings.register_profile("thorough", max_examples=1000, **_common)

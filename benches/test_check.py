@@ -1,0 +1,42 @@
+"""The speed of `attnspec check` on a kernel with every attention capability (examples/toy_attention.py),
+under the quick and the default Hypothesis profiles, against the time a Python takes to import torch in
+the same run (what every check pays first, and a yardstick for the machine's speed).
+
+Each check runs in a process of its own, as a user starts it.  extra_info holds its wall seconds and
+their ratio to the import of torch.  Benches report times only; they never assert on speed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOY = "examples.toy_attention:attention"
+
+
+def wall(*command: str) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, *command], cwd=REPO_ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return seconds
+
+
+@pytest.fixture(scope="module")
+def torch_import() -> float:
+    return min(wall("-c", "import torch") for _ in range(3))
+
+
+@pytest.mark.parametrize("profile", ["quick", "default"])
+def test_check_a_kernel_with_every_capability(benchmark, profile, torch_import):
+    command = ("-m", "attnspec", "check", TOY, "--profile", profile)
+    seconds = benchmark.pedantic(wall, args=command, rounds=3, iterations=1)
+    benchmark.extra_info.update(
+        check=profile, wall_s=round(seconds, 2), torch_import_s=round(torch_import, 2),
+        per_torch_import=round(seconds / torch_import, 2),
+    )  # fmt: skip
