@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 BLOCK = 64  # steps per median
-ROWS = (1, 128, 512, 1024, 2048, 4096)
+ROWS = (1, 128, 192, 256, 512, 1024, 2048, 4096)
 SIZES = dict(d_model=512, n_heads=8, n_kv_heads=8, head_dim=64, use_sinks=True)
 
 

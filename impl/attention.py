@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .masks import additive_mask, attention_mask
+from .masks import additive_mask, attention_mask, check_mask_options
 
 
 def check_attention_inputs(
@@ -78,7 +78,7 @@ def describe(t: object) -> str:
 
 # Queries per tile of the tiled path.  Causal attention over more queries than one tile runs
 # tile by tile; the properties run with a tile of 3 queries and with tiling off.
-QUERY_TILE = 128
+QUERY_TILE = 64
 
 
 def scaled_dot_product_attention(
@@ -100,6 +100,7 @@ def scaled_dot_product_attention(
     queries than keys) is tiled, everything else takes the explicit formula.  Both compute the
     same values."""
     check_attention_inputs(q, k, v, sinks, padding_mask)
+    check_mask_options(causal, window)
     tq, tk = q.shape[2], k.shape[2]
     if causal and not return_weights and QUERY_TILE < tq <= tk:
         return tiled_attention(q, k, v, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask)
@@ -181,10 +182,15 @@ def explicit_attention(
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     scores = torch.matmul(grouped_q.to(compute) * scale, k.to(compute).mT)  # (B, Hkv, r*Tq, Tk)
     scores = scores.view(batch, n_heads, tq, tk)
-    allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
-    if padding_mask is not None:
-        allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, Tq, Tk): no pad's key is seen
-    scores = scores.add_(additive_mask(allowed))  # + M, in place: 0 keeps a score, -inf masks it
+    # + M, in place (0 keeps a score, -inf masks it), from the first key that some query may not
+    # see: before it M is 0.  Causal alone, query 0 sits at Tk - Tq and sees every key up to it.
+    windowed = window is not None and window < tk  # a window of Tk keys or more cuts none off
+    seen_by_all = 0 if windowed or padding_mask is not None else tk - tq + 1 if causal else tk
+    if seen_by_all < tk:
+        allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
+        if padding_mask is not None:
+            allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, Tq, Tk): no pad's key is seen
+        scores[..., seen_by_all:].add_(additive_mask(allowed[..., seen_by_all:]))
 
     if sinks is not None:
         sink_column = sinks.to(compute)[:, None, None].expand(batch, n_heads, tq, 1)

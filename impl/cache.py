@@ -44,28 +44,33 @@ class KVCache:
         return torch.arange(self.length - self.held(), self.length)
 
     def keys_values(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys (B, Hkv, held, d) and values (B, Hkv, held, dv) held, oldest first."""
+        """The keys (B, Hkv, held, d) and values (B, Hkv, held, dv) held, oldest first: views of the
+        buffers while the oldest sits in slot 0 (which the next write changes), else copies."""
         if self.buffers is None:
             raise ValueError("the cache is empty: nothing was written since it was made or reset")
         keys, values = self.buffers
-        if self.window is None:
-            return keys[:, :, : self.length], values[:, :, : self.length]
-        ring = self.positions() % self.window  # a CPU index serves buffers on any device
-        return keys[:, :, ring], values[:, :, ring]
+        held = self.held()
+        oldest = (self.length - held) % keys.shape[2]  # its slot: roll it to the front
+        if oldest == 0:
+            return keys[:, :, :held], values[:, :, :held]
+        return keys.roll(-oldest, dims=2), values.roll(-oldest, dims=2)
 
     def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
         and return every key and value that one of these C queries may see, oldest first; the new
         ones come last, so the queries sit bottom-right (CONVENTIONS.md's alignment)."""
         self.check(k, v, offset)
-        if self.window is None:
+        if self.window is None or k.shape[2] == 1:
+            # One new query sees the W positions that end at its own: writing it evicts only the
+            # position that just left its window, so the cache then holds exactly what it sees.
             self.write(k, v)
             return self.keys_values()
         if self.length == 0:
             self.write(k, v)
             return k, v
-        # The first new query still sees positions that writing C new ones may evict: read first.
-        old_k, old_v = self.keys_values()
+        # The first of C new queries still sees positions that writing them may evict: read them
+        # first, as a copy (the write reuses their slots).
+        old_k, old_v = (held.clone() for held in self.keys_values())
         self.write(k, v)
         return torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
 
@@ -79,16 +84,16 @@ class KVCache:
                 v.new_empty(v.shape[0], v.shape[1], size, v.shape[3]),
             )
         keys, values = self.buffers
-        new = k.shape[2]
-        start, end = self.length, self.length + new
-        if self.window is None:
-            keys[:, :, start:end] = k
-            values[:, :, start:end] = v
-        else:
-            kept = min(new, self.window)  # of a chunk longer than W only the last W stay
-            ring = torch.arange(end - kept, end) % self.window
-            keys[:, :, ring] = k[:, :, new - kept :]
-            values[:, :, ring] = v[:, :, new - kept :]
+        # The buffers are a ring: position p lives in slot p % slots (a full layer's never wraps).  The
+        # positions kept fill it from the first one's slot to its end, and the rest wraps to slot 0.
+        slots, new = keys.shape[2], k.shape[2]
+        end = self.length + new
+        kept = min(new, slots)  # of a chunk longer than W only the last W stay
+        first = (end - kept) % slots
+        before_end = min(kept, slots - first)
+        for buffer, chunk in ((keys, k[:, :, new - kept :]), (values, v[:, :, new - kept :])):
+            buffer[:, :, first : first + before_end] = chunk[:, :, :before_end]
+            buffer[:, :, : kept - before_end] = chunk[:, :, before_end:]
         self.length = end
 
     def check(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> None:

@@ -24,6 +24,13 @@ def check_window(window: int | None) -> None:
         raise ValueError(f"window must be >= 1 (W keys including the query itself), got window={window}")
 
 
+def check_mask_options(causal: bool, window: int | None) -> None:
+    """Raise unless ``window`` is valid and, when it is not None, ``causal`` is True."""
+    check_window(window)
+    if window is not None and not causal:
+        raise ValueError(f"a sliding window is causal: got window={window} with causal={causal}")
+
+
 def attention_mask(
     tq: int,
     tk: int,
@@ -33,11 +40,9 @@ def attention_mask(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Boolean (tq, tk) mask, True where query i may attend key j."""
-    check_window(window)
+    check_mask_options(causal, window)
     if tq < 1 or tk < 1:
         raise ValueError(f"mask sizes must be >= 1, got tq={tq}, tk={tk}")
-    if window is not None and not causal:
-        raise ValueError(f"a sliding window is causal: got window={window} with causal={causal}")
     if not causal:
         return torch.ones(tq, tk, dtype=torch.bool, device=device)
     query_pos = torch.arange(tk - tq, tk, device=device).unsqueeze(1)  # (tq, 1), bottom-right

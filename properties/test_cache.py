@@ -194,6 +194,41 @@ def test_cache_holds_the_last_w_positions_rotated_by_their_absolute_position(
         assert_golden(values, golden_v[:, :, held], lowp_v[:, :, held], f"{what}: values")
 
 
+chunks = st.lists(st.integers(1, 7), min_size=1, max_size=6)
+
+
+@pytest.mark.req("CACHE-2")
+@given(window=st.one_of(st.none(), st.integers(1, 5)), sizes=chunks)
+@example(window=4, sizes=[1, 1, 1, 1])  # the window just filled: still the buffer itself
+@example(window=4, sizes=[1, 1, 1, 1, 1])  # the first eviction
+@example(window=None, sizes=[3, 2, 1])
+def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes):
+    """After a chunk of C positions, update returns the keys and values of every position the chunk's
+    queries may see, oldest first: one decoded token gets exactly positions p-W+1 .. p (or 0 .. p), a
+    longer chunk the positions held before it and its own.  A full layer's, and a decoded token's while
+    the oldest position it sees sits in slot 0, are the cache's own buffers rather than a copy.  Each key
+    and value holds its position."""
+    cache = KVCache(64, window)
+    seen = 0
+    for size in sizes:
+        k = torch.arange(seen, seen + size, dtype=torch.float32)[None, None, :, None].expand(1, 2, size, 3)
+        keys, values = cache.update(k, k[..., :2] + 0.5, seen)
+        held_before = cache_positions_oracle(seen, window)
+        seen += size
+        if size == 1 or window is None:
+            expected = cache_positions_oracle(seen, window)  # the last W: what the query at seen - 1 sees
+        else:
+            expected = held_before + list(range(seen - size, seen))
+        what = f"window {window}, chunks {sizes}, after {seen} positions"
+        got_keys, got_values = keys[0, 0, :, 0].tolist(), (values[0, 0, :, 0] - 0.5).tolist()
+        assert got_keys == expected, f"{what}: keys of positions {got_keys}"
+        assert got_values == expected, f"{what}: values of positions {got_values}"
+        if window is None or (size == 1 and expected[0] % window == 0):
+            buffer_k, buffer_v = cache.buffers
+            assert keys.data_ptr() == buffer_k.data_ptr() and values.data_ptr() == buffer_v.data_ptr(), (
+                f"{what}: update copied the keys and values"
+            )
+
 # --------------------------------------------------------------------------- CACHE-3
 
 

@@ -118,6 +118,21 @@ def test_mask_sizes_below_one_are_refused(sizes, device):
     assert re.search(names_value("tk", tk), str(info.value)), f"message {info.value!r} does not name tk={tk}"
 
 
+@pytest.mark.req("ERR-1", "MASK-2")
+@pytest.mark.parametrize(
+    "causal, window, error, words",
+    [
+        (True, 0, ValueError, "window=0"),
+        (True, 1.5, TypeError, "1.5"),
+        (False, 2, ValueError, "causal=False"),
+    ],
+)
+def test_the_mask_refuses_a_window_attention_refuses(causal, window, error, words):
+    # attention_mask is impl's API too, called without the attention's own checks first.
+    with pytest.raises(error, match=re.escape(words)):
+        attention_mask(3, 3, causal=causal, window=window)
+
+
 @pytest.mark.req("ERR-1", "MASK-1", "MASK-2")
 @pytest.mark.parametrize("causal, window", [(True, None), (True, 1), (True, 2), (False, None)])
 def test_smallest_mask_is_one_allowed_pair(causal, window, device):
@@ -263,20 +278,24 @@ def padding_masks(case: AttnCase, seed: int, real: float, device) -> torch.Tenso
 
 @pytest.mark.req("ATTN-13")
 @both_paths
-@example(case=spanning_tiles(), seed=2, real=0.5, dtype=torch.float32)
+@example(case=spanning_tiles(), seed=2, real=0.5, dtype=torch.float32, causal=True)
+@example(case=spanning_tiles(), seed=3, real=0.5, dtype=torch.float64, causal=False)
 @given(
     case=st.one_of(attn_cases(), blind_query_cases(max_t=6)),
     seed=seeds,
     real=st.sampled_from([0.0, 0.4, 0.7, 1.0]),
     dtype=st.sampled_from(full_precision()),
+    causal=st.sampled_from([True, True, False]),
 )
-def test_a_padding_mask_hides_the_pads_keys(case, seed, real, dtype, device):
+def test_a_padding_mask_hides_the_pads_keys(case, seed, real, dtype, causal, device):
     """What the model's padded batches need: the pads' keys are never seen, and a query that sees
-    only pads (one before every real token) outputs 0, with or without sinks."""
+    only pads (one before every real token) outputs 0, with or without sinks, causal or not."""
     q, k, v, sinks = case.make(device, dtype)
     padding_mask = padding_masks(case, seed, real, device)
-    out = scaled_dot_product_attention(q, k, v, window=case.window, sinks=sinks, padding_mask=padding_mask)
-    kwargs = dict(window=case.window, sinks=sinks, padding_mask=padding_mask.cpu())
+    window = case.window if causal else None
+    kwargs = dict(causal=causal, window=window, sinks=sinks)
+    out = scaled_dot_product_attention(q, k, v, **kwargs, padding_mask=padding_mask)
+    kwargs = dict(kwargs, padding_mask=padding_mask.cpu())
     golden, _ = attention_oracle(q, k, v, **kwargs)
     reference = golden if dtype == torch.float64 else attention_oracle(q, k, v, dtype=dtype, **kwargs)[0]
     assert_golden(out, golden, reference, f"output with padding_mask {padding_mask.int().tolist()} ({dtype})")

@@ -91,7 +91,41 @@ def test_every_mask_is_built_on_the_device_of_q(causal, tile):
     """On a GPU a mask built on the CPU fails at the first add; on the CPU nothing would show it,
     so the masks' device is read at the call ("meta" stands in for a second device)."""
     q, k, v, _ = _case(6, 6, None).make("meta", torch.float32)
+    # non-causal attention needs a mask only for the pads' keys
+    pads = None if causal else torch.ones(1, 6, dtype=torch.bool, device="meta")
     device_of = lambda *_, **kwargs: kwargs.get("device")  # noqa: E731
     with recorded_calls(impl_attention, "attention_mask", device_of, QUERY_TILE=tile) as made:
-        sdpa(q, k, v, causal=causal)
+        sdpa(q, k, v, causal=causal, padding_mask=pads)
     assert made and all(device == q.device for device in made), f"masks built on {made}, q on {q.device}"
+
+
+def first_masked_key(tq: int, tk: int, causal: bool, window: int | None) -> int:
+    """The first key that some query which sees a key may not see (Tk when every such query sees every
+    key): the mask M is 0 on the keys before it."""
+    seeing = [visible_keys(i, tq, tk, causal, window) for i in range(tq)]
+    seeing = [keys for keys in seeing if keys]
+    unseen = [j for j in range(tk) if any(j not in keys for keys in seeing)]
+    return min(unseen, default=tk)
+
+
+@pytest.mark.req("ATTN-12")
+@given(case=attn_cases(max_t=12), causal=st.booleans())
+@example(case=_case(1, 5, 5), causal=True)  # one decoding query whose window reaches key 0: no mask
+@example(case=_case(1, 6, 5), causal=True)  # ... and one whose window cuts key 0 off
+@example(case=_case(4, 4, None), causal=True)
+def test_the_mask_is_added_from_the_first_key_some_query_may_not_see(case, causal):
+    """The explicit formula adds M only where it is not 0 everywhere: a causal mask leaves every key up
+    to the first query's position to every query, and one decoding query over the W keys of its window
+    needs no mask at all.  The shapes of the masks added tell which keys got one."""
+    window = case.window if causal else None
+    q, k, v, sinks = case.make("cpu", torch.float64)
+    mask_shape = lambda allowed: tuple(allowed.shape)  # noqa: E731
+    with recorded_calls(impl_attention, "additive_mask", mask_shape) as masks:
+        impl_attention.explicit_attention(q, k, v, causal=causal, window=window, sinks=sinks)
+    seeing = case.tq if not causal else min(case.tq, case.tk)  # the blind queries are cut off first
+    first = first_masked_key(case.tq, case.tk, causal, window)
+    expected = [] if first == case.tk else [(seeing, case.tk - first)]  # no mask that would add only 0
+    assert masks == expected, (
+        f"Tq={case.tq}, Tk={case.tk}, causal={causal}, window={window}: masks {masks} added, expected "
+        f"one on keys {first}..{case.tk - 1}"
+    )

@@ -176,6 +176,7 @@ def test_incremental_reruns_exactly_the_changed_function_and_the_changed_tests(t
     assert {again["mutants"][n]["function"].rpartition(".")[2] for n in rerun} == {
         "x_additive_mask",
         "x_attention_mask",
+        "x_check_mask_options",
         "x_check_window",
     }
     reused_killed = [
