@@ -78,7 +78,7 @@ def describe(t: object) -> str:
 
 # Queries per tile of the tiled path.  Causal attention over more queries than one tile runs
 # tile by tile; the properties run with a tile of 3 queries and with tiling off.
-QUERY_TILE = 64
+QUERY_TILE = 128
 
 
 def scaled_dot_product_attention(
