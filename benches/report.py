@@ -36,6 +36,16 @@ def medians(run: dict) -> dict[str, dict[str, float]]:
     return table
 
 
+def check_lines(run: dict) -> list[str]:
+    """attnspec check's median times (benches/test_check.py), and in imports of torch of the same run."""
+    return [
+        f"check --profile {info['check']:<8} {info['wall_s']:6.1f} s  {info['per_torch_import']:5.1f}x "
+        f"the import of torch ({info['torch_import_s']:.1f} s)"
+        for info in (bench["extra_info"] for bench in run["benchmarks"])
+        if "check" in info
+    ]
+
+
 CAMPAIGN_RATIOS = (
     "per_clean_run",
 )  # a campaign's wall time in clean runs of the suite (benches/test_campaign.py)
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print("targets (measured in this run):")
     print("\n".join(targets(times)))
     lines, slower = campaign_lines(found, saved.get("campaign", {}), args.tolerance)
-    print("\n".join(lines))
+    print("\n".join(lines + check_lines(run)))
     regressions += slower
 
     args.out.mkdir(parents=True, exist_ok=True)
