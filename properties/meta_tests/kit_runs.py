@@ -8,9 +8,10 @@ and the same copy of the code as the run that starts it.
 Each run is ``python -m pytest ...`` in a new process, with its own environment, arguments, standard
 output and exit code, but not a new interpreter: a warm server process, started on the first run
 and kept for the test session, has imported torch, Hypothesis and pytest once (3 of the 5.5 s that
-starting a kit run took on 2 cores), and forks one child per run.  It imports nothing of the kit's
-or of a target's, so each child imports, collects and reads its environment as a fresh
-``python -m pytest`` does.  ``ATTNSPEC_KIT_RUNS=subprocess`` starts a new interpreter per run instead.
+starting a kit run took on 2 cores), and forks one child per run.  Of the kit it imports only this
+module, and nothing of a target's, so each child imports conftest.py and the test modules, collects
+and reads its environment as a fresh ``python -m pytest`` does.  ``ATTNSPEC_KIT_RUNS=subprocess``
+starts a new interpreter per run instead.
 """
 
 from __future__ import annotations
