@@ -213,12 +213,11 @@ def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes)
     for size in sizes:
         k = torch.arange(seen, seen + size, dtype=torch.float32)[None, None, :, None].expand(1, 2, size, 3)
         keys, values = cache.update(k, k[..., :2] + 0.5, seen)
-        held_before = cache_positions_oracle(seen, window)
+        if size == 1 or window is None:  # the last W: what the query at the new position sees
+            expected = cache_positions_oracle(seen + size, window)
+        else:  # what the cache held before the chunk, then the chunk
+            expected = cache_positions_oracle(seen, window) + list(range(seen, seen + size))
         seen += size
-        if size == 1 or window is None:
-            expected = cache_positions_oracle(seen, window)  # the last W: what the query at seen - 1 sees
-        else:
-            expected = held_before + list(range(seen - size, seen))
         what = f"window {window}, chunks {sizes}, after {seen} positions"
         got_keys, got_values = keys[0, 0, :, 0].tolist(), (values[0, 0, :, 0] - 0.5).tolist()
         assert got_keys == expected, f"{what}: keys of positions {got_keys}"

@@ -113,12 +113,12 @@ def first_masked_key(tq: int, tk: int, causal: bool, window: int | None) -> int:
 @example(case=_case(1, 5, 5), causal=True)  # one decoding query whose window reaches key 0: no mask
 @example(case=_case(1, 6, 5), causal=True)  # ... and one whose window cuts key 0 off
 @example(case=_case(4, 4, None), causal=True)
-def test_the_mask_is_added_from_the_first_key_some_query_may_not_see(case, causal):
+def test_the_mask_is_added_from_the_first_key_some_query_may_not_see(device, case, causal):
     """The explicit formula adds M only where it is not 0 everywhere: a causal mask leaves every key up
     to the first query's position to every query, and one decoding query over the W keys of its window
     needs no mask at all.  The shapes of the masks added tell which keys got one."""
     window = case.window if causal else None
-    q, k, v, sinks = case.make("cpu", torch.float64)
+    q, k, v, sinks = case.make(device, torch.float64)
     mask_shape = lambda allowed: tuple(allowed.shape)  # noqa: E731
     with recorded_calls(impl_attention, "additive_mask", mask_shape) as masks:
         impl_attention.explicit_attention(q, k, v, causal=causal, window=window, sinks=sinks)
