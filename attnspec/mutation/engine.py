@@ -17,10 +17,14 @@ The engine does the rest, the same way for every campaign:
 3. one forked child per mutant, up to N at a time: it switches its mutant on and runs the tests
    that execute the mutant's lines (history.reaching), fastest first (a test that already killed a
    mutant of the same function first), up to the first failure; with the kill matrix a catalogue
-   mutant runs every such test that checks a requirement, skipping a test once every requirement it
-   checks has killed the mutant on its attention path, and then (only if none failed) the others up
-   to the first failure.  A fork per mutant keeps one mutant's state from reaching the next; a child
-   past its time limit is stopped (Timeout);
+   mutant runs every such test that checks a requirement, and then (only if none failed) the others
+   up to the first failure.  Once it has failed a test, it skips a test whose requirements are all
+   cells of its fault's row already and whose attention path already killed the fault (``Known``:
+   what this mutant and its finished siblings, the fault's other mutants, found): that test could
+   add nothing to the row.  The siblings of a fault run one after another so that each starts with
+   what the others found; the row stays the one every sibling running every test would give, and
+   each mutant's status and first failing test stay its own.  A fork per mutant keeps one mutant's
+   state from reaching the next; a child past its time limit is stopped (Timeout);
 4. the results: per test its coverage and duration, per mutant its status and failing tests (the
    format history.py reads back for ``--incremental`` and reports/ turn into reports).
 
@@ -68,9 +72,29 @@ class Suite(Protocol):
 
     def requirements(self, test: str) -> list[str]: ...
 
-    def run(self, tests: list[str], matrix: bool) -> dict: ...
+    def run(self, tests: list[str], matrix: bool, known: Known | None = None) -> dict: ...
 
     def run_one(self, test: str, following: str | None) -> tuple[bool, float, bool]: ...
+
+
+@dataclass
+class Known:
+    """What a fault's row of the kill matrix holds so far: the requirements some failing test checked
+    (its cells), and the attention paths of those tests."""
+
+    requirements: set[str] = field(default_factory=set)
+    paths: set[str] = field(default_factory=set)
+
+    def add(self, failure: list) -> None:
+        """A failure line [test, requirements, seconds, attention path]."""
+        self.requirements.update(failure[1])
+        if failure[3]:
+            self.paths.add(failure[3])
+
+    def holds(self, requirements: list[str], path: str) -> bool:
+        """Whether a test of these requirements on this path ("": none) could add nothing to the row."""
+        covered = bool(requirements) and set(requirements) <= self.requirements
+        return covered and (not path or path in self.paths)
 
 
 @dataclass
@@ -79,8 +103,10 @@ class Job:
     tests: list[str]
     matrix: bool
     budget_s: float
+    fault: str | None = None  # a kill-matrix job's fault: its siblings run one after another
     started: float = 0.0
     limit_s: float = 0.0
+    known: Known | None = None  # the fault's row as its finished siblings left it
 
 
 @dataclass
@@ -304,16 +330,25 @@ class Engine:
         jobs: list[Job] = []
         # function -> tests that killed one of its mutants (in the previous run too): tried first
         killers = history.previous_killers(previous, coverage)
-        for name, info in state["mutants"].items():
-            covering = coverage.get(info["function"], [])
-            entry = dict(info, matrix=plan["matrix"] and info["fault"] is not None)
-            if not history.in_shard(name, plan.get("shard")):
-                continue
-            old = history.reusable(name, dict(entry, covering=covering), state, previous, old_coverage)
-            if old is not None:
+        entries = {
+            name: dict(info, matrix=plan["matrix"] and info["fault"] is not None, covering=[])
+            for name, info in state["mutants"].items()
+            if history.in_shard(name, plan.get("shard"))
+        }
+        olds = {}
+        for name, entry in entries.items():
+            entry["covering"] = coverage.get(entry["function"], [])
+            olds[name] = history.reusable(name, entry, state, previous, old_coverage)
+        # a kill-matrix mutant skipped tests for what its siblings found: when one of a fault's mutants
+        # runs again, so do those of its siblings that run tests, so that its row is one campaign's
+        rerun = {e["fault"] for name, e in entries.items() if e["matrix"] and olds[name] is None}
+        for name, entry in entries.items():
+            info, covering = state["mutants"][name], entry.pop("covering")
+            reaching = history.reaching(info, covering, tests)
+            old = olds[name]
+            if old is not None and not (entry["matrix"] and entry["fault"] in rerun and reaching):
                 mutants[name] = dict(entry, **old, reused=True)
                 continue
-            reaching = history.reaching(info, covering, tests)
             if not covering:
                 mutants[name] = dict(entry, status="NoCoverage", failures=[], tests_run=0, seconds=0.0)
             elif not reaching:
@@ -321,7 +356,8 @@ class Engine:
                 mutants[name].update(seconds=0.0, reason="no test executes its lines")
             else:
                 budget = sum(tests[t]["duration"] for t in reaching)
-                jobs.append(Job(name, reaching, entry["matrix"], budget))
+                fault = info["fault"] if entry["matrix"] else None
+                jobs.append(Job(name, reaching, entry["matrix"], budget, fault))
                 mutants[name] = entry
         reused = sum(1 for m in mutants.values() if m.get("reused"))
         print(f"mutants: {len(jobs)} to run, {reused} reused", flush=True)
@@ -359,7 +395,8 @@ class Engine:
         tests: dict[str, dict],
         killers: dict[str, list[str]],
     ) -> None:
-        """Fork one child per job, up to ``workers`` at a time, longest jobs (the matrix) first."""
+        """Fork one child per job, up to ``workers`` at a time, longest jobs (the matrix) first, a
+        fault's kill-matrix jobs one at a time (each with what its finished siblings found)."""
         out_dir = Path(self.plan["workspace"]) / "outcomes"
         out_dir.mkdir(exist_ok=True)
         queue = sorted(jobs, key=lambda job: (not job.matrix, -job.budget_s if job.matrix else 0.0))
@@ -381,12 +418,29 @@ class Engine:
             entry.update(outcome, status=status, seconds=round(time.monotonic() - job.started, 3))
             if outcome["failures"]:
                 killers.setdefault(entry["function"], []).append(outcome["failures"][0][0])
+            if job.fault is not None:
+                for failure in outcome["failures"]:
+                    rows.setdefault(job.fault, Known()).add(failure)
             counts[status] = counts.get(status, 0) + 1
             self.progress.write()
 
+        rows: dict[str, Known] = {}  # fault -> its row so far
+
+        def next_job() -> Job | None:
+            busy = {job.fault for job in running.values()}
+            for index, job in enumerate(queue):
+                if job.fault is None or job.fault not in busy:
+                    return queue.pop(index)
+            return None
+
         while queue or running:
             while queue and len(running) < self.plan["workers"]:
-                job = queue.pop(0)
+                job = next_job()
+                if job is None:
+                    break  # only siblings of the running kill-matrix jobs are left
+                if job.fault is not None:
+                    row = rows.get(job.fault, Known())
+                    job.known = Known(set(row.requirements), set(row.paths))
                 known = killers.get(mutants[job.name]["function"], [])
                 job.tests.sort(key=lambda t: (t not in known, tests[t]["duration"], t))
                 job.started = time.monotonic()
@@ -426,7 +480,7 @@ class Engine:
         try:
             quiet()
             self.generator.activate(job.name)
-            outcome = self.suite.run(job.tests, job.matrix)
+            outcome = self.suite.run(job.tests, job.matrix, job.known)
             temporary = out.with_suffix(".tmp")
             temporary.write_text(json.dumps(outcome))
             temporary.replace(out)
@@ -438,6 +492,42 @@ class Engine:
                 code = 3
         finally:
             os._exit(code)
+
+
+def run_in_order(
+    tests: list[str],
+    matrix: bool,
+    known: Known | None,
+    requirements_of: Callable[[str], list[str]],
+    path_of: Callable[[str], str],
+    run_test: Callable[[str, str | None], tuple[bool, float]],
+) -> dict:
+    """A child's run of its mutant's tests, in order: up to the first failure, or with ``matrix`` the
+    tests that check a requirement and then (only if none failed) the others up to the first failure,
+    skipping, once one has failed, every test that could add nothing to the fault's row (``known``:
+    what the finished siblings found).  ``run_test(test, following)`` runs one test: (failed,
+    seconds).  Returns the failures ([test, requirements, seconds, attention path]) and how many tests
+    ran."""
+    row = Known(set(known.requirements), set(known.paths)) if known else Known()
+    candidates = list(tests)
+    if matrix:
+        candidates = [t for t in tests if requirements_of(t)] + [t for t in tests if not requirements_of(t)]
+    failures: list[list] = []
+    ran = 0
+    for index, test in enumerate(candidates):
+        requirements = requirements_of(test)
+        if matrix and failures and row.holds(requirements, path_of(test)):
+            continue
+        if not requirements and failures:
+            break  # a test that checks no requirement adds no cell: it only decides a status
+        failed, seconds = run_test(test, candidates[index + 1] if index + 1 < len(candidates) else None)
+        ran += 1
+        if failed:
+            failures.append([test, requirements, round(seconds, 3), path_of(test)])
+            row.add(failures[-1])
+            if not matrix:
+                break
+    return {"failures": failures, "tests_run": ran}
 
 
 def status_of(outcome: dict) -> str:

@@ -482,3 +482,90 @@ def test_the_eta_weighs_the_kill_matrix_by_its_budget_and_the_rest_by_their_pace
     progress["eta"] = remaining.estimate()
     assert watch.line(progress).startswith("[testing mutants 1m15s] 2/104  killed 2")
     assert watch.line(progress).endswith("ETA 0m04s")
+
+
+# A kill matrix in a table: each test's requirements and attention path, and per mutant the tests that
+# reach it (the engine runs them by name: their clean times are equal) and those of them that fail.
+# F1's three mutants fail overlapping requirements, some on one path only; s1 is a catalogue mutant that
+# survives, o1 an ordinary mutant (up to its first failure).
+TABLE_TESTS = {"t1": (["R1"], "x"), "t2": (["R2"], "x"), "t3": (["R3"], "y"), "t4": (["R1"], "y")}
+TABLE_TESTS.update(t5=(["R4", "R1"], ""), u=([], ""))
+SIBLING_TABLE = {  # mutant -> (fault, tests that reach it, those that fail)
+    "a": ("F1", "t1 t2 t3 t4", "t1 t3 t4"),
+    "b": ("F1", "t1 t2 t3 t4", "t2 t3"),
+    "c": ("F1", "t1 t3 t5 u", "t1 t3 t5 u"),
+    "s1": ("F2", "t1 u", ""),
+    "o1": (None, "t1 t2 t3", "t2 t3"),
+}
+
+
+def table_run(mutant, tests, matrix, known):
+    from attnspec.mutation.engine import run_in_order
+
+    failing = SIBLING_TABLE[mutant][2].split()
+    return run_in_order(
+        tests,
+        matrix,
+        known,
+        lambda t: TABLE_TESTS[t][0],
+        lambda t: TABLE_TESTS[t][1],
+        lambda t, _following: (t in failing, 0.01),
+    )
+
+
+class TableSuite:
+    """A test source whose outcomes are SIBLING_TABLE's, logging each child's start and end."""
+
+    in_process = True
+
+    def __init__(self, log: Path) -> None:
+        self.log, self.mutant = log, ""
+
+    def run(self, tests, matrix, known=None):
+        with self.log.open("a") as log:
+            log.write(f"{self.mutant} start {time.monotonic()}\n")
+        time.sleep(0.2)  # long enough for a sibling to overlap, were it allowed to
+        outcome = table_run(self.mutant, tests, matrix, known)
+        with self.log.open("a") as log:
+            log.write(f"{self.mutant} end {time.monotonic()}\n")
+        return outcome
+
+
+def test_siblings_share_their_row_of_the_kill_matrix_without_changing_it(tmp_path):
+    from attnspec.mutation.engine import Engine, Job, Known
+
+    suite = TableSuite(tmp_path / "children.log")
+
+    class Switch:
+        def activate(self, name):
+            suite.mutant = name
+
+    engine = Engine({"workspace": str(tmp_path), "workers": 2}, Switch(), suite)
+    mutants = {m: {"function": f"f_{m}", "fault": fault} for m, (fault, _, _) in SIBLING_TABLE.items()}
+    jobs = [Job(m, reach.split(), f is not None, 1.0, f) for m, (f, reach, _) in SIBLING_TABLE.items()]
+    engine.run_jobs(jobs, mutants, {t: {"duration": 0.0} for t in TABLE_TESTS}, {})
+
+    def alone(m):  # every test of the mutant's matrix, with nothing known of its siblings
+        fault, reach, _ = SIBLING_TABLE[m]
+        return table_run(m, sorted(reach.split()), fault is not None, None)
+
+    for fault in ("F1", "F2"):
+        shared, full = Known(), Known()
+        for m in (m for m, (f, _, _) in SIBLING_TABLE.items() if f == fault):
+            for failure in mutants[m]["failures"]:
+                shared.add(failure)
+            for failure in alone(m)["failures"]:
+                full.add(failure)
+        assert (shared.requirements, shared.paths) == (full.requirements, full.paths), fault
+    for m in SIBLING_TABLE:
+        assert mutants[m]["status"] == ("Survived" if m == "s1" else "Killed"), m
+        assert mutants[m]["failures"][:1] == alone(m)["failures"][:1], m  # the same first failing test
+    assert sum(mutants[m]["tests_run"] for m in "abc") < sum(alone(m)["tests_run"] for m in "abc")
+    # F1's mutants ran one after another (the others alongside them)
+    spans: dict[str, dict[str, float]] = {}
+    for line in (tmp_path / "children.log").read_text().splitlines():
+        m, what, at = line.split()
+        spans.setdefault(m, {})[what] = float(at)
+    f1 = sorted((spans[m]["start"], spans[m]["end"]) for m in "abc")
+    assert all(end <= start for (_, end), (start, _) in zip(f1, f1[1:], strict=False)), f1
+    assert any(spans["o1"]["start"] < end and start < spans["o1"]["end"] for start, end in f1)

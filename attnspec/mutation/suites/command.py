@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..engine import TIMEOUT_FACTOR, Engine, attribute_lines
+from ..engine import TIMEOUT_FACTOR, Engine, Known, attribute_lines
 
 SITECUSTOMIZE = '''\
 """attnspec mutate: measures a clean run, or swaps the active mutant in (a campaign's own hook)."""
@@ -157,7 +157,7 @@ class CommandSuite:
         attribute_lines(contexts_by_lineno, spans, traced)
         return traced, ([] if code == 0 else [f"{NAME} (exit {code})"])
 
-    def run(self, tests: list[str], matrix: bool) -> dict:
+    def run(self, tests: list[str], matrix: bool, known: Known | None = None) -> dict:
         code, seconds = self.execute(self.environment())
         if code is None:
             return {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
-from ..engine import Engine, Generator
+from ..engine import Engine, Generator, Known, run_in_order
 
 TERSE = "ATTNSPEC_TERSE_FAILURES"  # properties/conventions.py: failures without the conventions' oracles
 HYPOTHESIS_FAILING_EXAMPLES = "_hypothesis_failing_examples"  # set on the item by Hypothesis 6 on a failure
@@ -29,11 +29,6 @@ def item_path(item: pytest.Item) -> str:
     """The attention path a test runs on (its ``attention_path`` parameter), "" when it takes none."""
     callspec = getattr(item, "callspec", None)
     return str(callspec.params.get("attention_path", "")) if callspec else ""
-
-
-def item_keys(item: pytest.Item) -> set[str]:
-    """requirement@path for each requirement the test checks: what a kill-matrix cell is made of."""
-    return {f"{rid}@{item_path(item)}" for rid in item_requirements(item)}
 
 
 class PytestSuite:
@@ -90,41 +85,25 @@ class PytestSuite:
         skipped = any(r.skipped for r in reports) and not any(r.when == "call" and r.passed for r in reports)
         return any(r.failed for r in reports), sum(r.duration for r in reports), skipped
 
-    def run(self, tests: list[str], matrix: bool) -> dict:
-        """Run ``tests`` in order: up to the first failure, or with ``matrix`` every test whose
-        requirements have not all failed yet (see the engine's docstring).  Returns the failures
-        ([test, requirements, seconds, attention path]) and how many tests ran."""
-        items = [self.items[t] for t in tests]
-        killed: set[str] = set()
-        failures: list[list] = []
-        ran = 0
-        candidates = list(items)
-        if matrix:  # the tests that check a requirement first, then the others up to the first failure
-            candidates = [i for i in items if item_requirements(i)] + [
-                i for i in items if not item_requirements(i)
-            ]
+    def path(self, test: str) -> str:
+        return item_path(self.items[test])
+
+    def run(self, tests: list[str], matrix: bool, known: Known | None = None) -> dict:
+        """Run ``tests`` in this (forked) process, as engine.run_in_order decides."""
         assert self.session is not None
-        for index, item in enumerate(candidates):
-            keys = item_keys(item)
-            if matrix and keys and keys <= killed:
-                continue
-            if not keys and failures:
-                break  # a test that checks no requirement adds no cell: it only decides a status
+        session = self.session
+
+        def run_test(test: str, following: str | None) -> tuple[bool, float]:
+            item = self.items[test]
             # the stack of set-up nodes must lead to this item even when the one expected was skipped
-            self.session._setupstate.teardown_exact(item)
+            session._setupstate.teardown_exact(item)
             # a property's failure kills whatever its message says: the kit skips the wording's oracles
             # (a meta test may check wording, so it runs as written)
-            os.environ[TERSE] = "1" if keys else "0"
-            following = candidates[index + 1] if index + 1 < len(candidates) else None
-            reports = runtestprotocol(item, nextitem=following, log=False)
-            ran += 1
-            if any(report.failed for report in reports):
-                seconds = sum(report.duration for report in reports)
-                failures.append([item.nodeid, item_requirements(item), round(seconds, 3), item_path(item)])
-                killed |= keys
-                if not matrix:
-                    break
-        return {"failures": failures, "tests_run": ran}
+            os.environ[TERSE] = "1" if item_requirements(item) else "0"
+            reports = runtestprotocol(item, nextitem=self.items.get(following or ""), log=False)
+            return any(r.failed for r in reports), sum(r.duration for r in reports)
+
+        return run_in_order(tests, matrix, known, self.requirements, self.path, run_test)
 
 
 def main(plan: dict, generator: Generator) -> dict:
