@@ -2,10 +2,11 @@
 
 A campaign stops a mutant's run at its first failing test, except for the catalogue mutants when
 the kill matrix is on: those run every test that executes their lines (engine.py; any other test
-runs the mutated function as in the clean run, which passed), skipping a test once every
-requirement it checks has killed the mutant on its attention path.  Each failing test is one line
-[test, requirement ids, seconds, attention path], and a cell (fault, requirement) holds the fastest
-failing test of that requirement over the fault's mutants.
+runs the mutated function as in the clean run, which passed), skipping, once they have failed, a
+test whose requirements and attention path the fault's row already holds (from the mutant itself or
+its siblings).  Each failing test is one line [test, requirement ids, seconds, attention path], and a
+cell (fault, requirement) holds the fastest failing test of that requirement that ran over the
+fault's mutants.
 """
 
 from __future__ import annotations
