@@ -1,8 +1,9 @@
 """Independent reference oracle, written straight from the chapters' formulas.
 
-Every function loops over batch, head and query (or over pairs of features) and spells
-out the softmax with its sink column, in float64 unless another dtype is asked for (the
-tolerance policy runs the oracle in the tested dtype too).  Nothing here imports impl/.
+The mask is built key by key from the window inequality (visible_keys), each query head is served by
+the KV head its index names (h // group), the softmax is spelled out with its sink column, and RoPE
+and the positions loop over pairs of features; everything in float64 unless another dtype is asked
+for (the tolerance policy runs the oracle in the tested dtype too).  Nothing here imports impl/.
 Weights use the nn.Linear layout: y = x @ W^T with W of shape (out, in).
 """
 
@@ -39,6 +40,36 @@ def _on_cpu(q, k, v, scale: float | None, dtype: torch.dtype):
     return q, k, v, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
+def _visible(q, k, causal: bool, window: int | None, padding_mask) -> torch.Tensor:
+    """(B, Tq, Tk) 'may attend' from visible_keys, key by key, and the padding mask's real keys."""
+    batch, tq, tk = q.shape[0], q.shape[2], k.shape[2]
+    seen = mask_oracle(tq, tk, causal, window).expand(batch, tq, tk)
+    if padding_mask is not None:
+        seen = seen & padding_mask.detach().cpu().bool()[:, None, :]
+    return seen
+
+
+def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float) -> torch.Tensor:
+    """(B, Hq, Tq, Tk + 1 with sinks) the softmax of each row's logits q_i . k_j * scale over its
+    visible keys (``visible``: (B, Tq, Tk)), the sink last, spelled out: a key it may not see weighs
+    exactly 0, and a row that sees no key, or whose every logit is -inf, weighs 0 everywhere (no output,
+    no gradient).  Query head h is served by KV head h // (Hq / Hkv)."""
+    n_heads = q.shape[1]
+    group = n_heads // k.shape[1]
+    served = [h // group for h in range(n_heads)]  # the KV head that serves each query head
+    logits = torch.einsum("bhid,bhjd->bhij", q, k[:, served]) * scale
+    seen = visible[:, None].expand_as(logits)
+    logits = torch.where(seen, logits, -math.inf)
+    if sinks is not None:
+        sink_logits = sinks.detach().cpu().to(q.dtype)[None, :, None, None].expand(*logits.shape[:3], 1)
+        logits = torch.cat([logits, sink_logits], dim=-1)
+        seen = torch.cat([seen, seen.any(dim=-1, keepdim=True)], dim=-1)
+    live = seen.any(dim=-1, keepdim=True) & (logits > -math.inf).any(dim=-1, keepdim=True)
+    logits = torch.where(live, logits, 0.0)
+    row = torch.where(seen, torch.exp(logits - logits.max(dim=-1, keepdim=True).values), 0.0)
+    return torch.where(live, row / row.sum(dim=-1, keepdim=True), 0.0)
+
+
 def attention_oracle(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -53,33 +84,17 @@ def attention_oracle(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(q.k * scale + M, sink) v; with
     ``padding_mask`` (B, Tk) only the keys it marks True are visible (a query left without any
-    visible key outputs 0)."""
+    visible key outputs 0, whatever its sink).  Each output row sums its visible values one key at a
+    time, in ``dtype``, in key order."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    batch, n_heads, tq, _ = q.shape
-    tk, dv = k.shape[2], v.shape[3]
-    group = n_heads // k.shape[1]
-    out = torch.zeros(batch, n_heads, tq, dv, dtype=dtype)
-    weights = torch.zeros(batch, n_heads, tq, tk, dtype=dtype)
-    for b in range(batch):
-        for h in range(n_heads):
-            g = h // group  # the KV head that serves query head h
-            for i in range(tq):
-                keys = visible_keys(i, tq, tk, causal, window)
-                if padding_mask is not None:
-                    keys = [j for j in keys if bool(padding_mask[b, j])]
-                if not keys:
-                    continue  # nothing visible: zero output, zero weights (a sink alone takes all)
-                logits = [(q[b, h, i] * k[b, g, j]).sum() * scale for j in keys]
-                if sinks is not None:
-                    logits.append(sinks.detach().cpu().to(dtype)[h])
-                if all(x == -math.inf for x in logits):
-                    continue  # nothing visible: zero output, zero weights
-                row = torch.stack(logits)
-                row = torch.exp(row - row.max())
-                row = row / row.sum()
-                for n, j in enumerate(keys):
-                    weights[b, h, i, j] = row[n]
-                    out[b, h, i] += row[n] * v[b, g, j]
+    tk = k.shape[2]
+    group = q.shape[1] // k.shape[1]
+    visible = _visible(q, k, causal, window, padding_mask)
+    weights = _softmax_rows(q, k, visible, sinks, scale)[..., :tk]
+    values = v[:, [h // group for h in range(q.shape[1])]]  # (B, Hq, Tk, dv): KV head h // group
+    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
+    for j in range(tk):
+        out += torch.where(visible[:, None, :, j, None], weights[..., j, None] * values[:, :, None, j], 0.0)
     return out, weights
 
 
@@ -94,35 +109,12 @@ def attention_oracle_by_rows(
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
 ) -> torch.Tensor:
-    """The output of attention_oracle, one query row of every batch and head at a time instead of one
-    logit at a time: the same formula for sequences of hundreds of keys, where the per-logit loop
-    takes seconds.  The row's logits are q_i . k_j * scale over the keys visible_keys names, the sink
-    appended, and the softmax spelled out."""
+    """The output of attention_oracle, each row's weighted values summed at once instead of one key at
+    a time: the same formula for sequences of hundreds of keys."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
-    for h, g, i, keys, row in _softmax_rows(q, k, causal, window, sinks, scale):
-        out[:, h, i] = (row[:, : len(keys), None] * v[:, g, keys]).sum(dim=1)
-    return out
-
-
-def _softmax_rows(q, k, causal: bool, window: int | None, sinks, scale: float):
-    """For each query head h and query i that sees something: (h, g, i, keys, row), with g the KV head
-    that serves h, keys the visible keys and row (B, len(keys), + 1 with sinks) the softmax of
-    q_i . k_j * scale over them, the sink last, spelled out."""
-    batch, n_heads, tq, _ = q.shape
-    group = n_heads // k.shape[1]
-    sink_logits = None if sinks is None else sinks.detach().cpu().to(q.dtype)
-    for h in range(n_heads):
-        g = h // group  # the KV head that serves query head h
-        for i in range(tq):
-            keys = visible_keys(i, tq, k.shape[2], causal, window)
-            logits = (k[:, g, keys] * q[:, h, i, None, :]).sum(dim=-1) * scale  # (B, len(keys))
-            if sink_logits is not None:
-                logits = torch.cat([logits, sink_logits[h].expand(batch, 1)], dim=1)
-            if logits.shape[1] == 0 or bool((logits == -math.inf).all()):
-                continue  # nothing visible: no output, no gradient
-            row = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
-            yield h, g, i, keys, row / row.sum(dim=1, keepdim=True)
+    group = q.shape[1] // k.shape[1]
+    weights = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)[..., : k.shape[2]]
+    return weights @ v[:, [h // group for h in range(q.shape[1])]]
 
 
 def attention_grad_oracle(
@@ -137,29 +129,34 @@ def attention_grad_oracle(
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(dq, dk, dv, dsinks) of the loss sum(out * d_out), one query row of every batch and head at a
-    time, from the derivative of the formula: with p the row's probabilities over its visible keys
-    (and its sink), out_i = sum_j p_j v_j, dp_j = d_out_i . v_j and D_i = sum_j p_j dp_j = d_out_i . out_i,
+    """(dq, dk, dv, dsinks) of the loss sum(out * d_out), from the derivative of the formula: with p a
+    row's probabilities over its visible keys (and its sink), out_i = sum_j p_j v_j,
+    dp_j = d_out_i . v_j and D_i = sum_j p_j dp_j = d_out_i . out_i,
 
         dv_j += p_j d_out_i     ds_j = p_j (dp_j - D_i)     dq_i += scale sum_j ds_j k_j
         dk_j += scale ds_j q_i  dsink_h -= p_sink D_i
 
-    KV head g gathers the gradients of every query head it serves; a row that sees nothing adds 0."""
+    KV head g gathers the gradients of every query head it serves (one query head at a time); a row
+    that sees nothing adds 0."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     d_out = d_out.detach().cpu().to(dtype)
+    tk, n_heads = k.shape[2], q.shape[1]
+    group = n_heads // k.shape[1]
+    rows = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    dsinks = None if sinks is None else torch.zeros(q.shape[1], dtype=dtype)
-    for h, g, i, keys, row in _softmax_rows(q, k, causal, window, sinks, scale):
-        p = row[:, : len(keys)]  # (B, keys)
-        out_i = (p[:, :, None] * v[:, g, keys]).sum(dim=1)  # (B, dv)
-        dp = (v[:, g, keys] * d_out[:, h, i, None, :]).sum(dim=-1)  # (B, keys)
-        big_d = (d_out[:, h, i] * out_i).sum(dim=-1, keepdim=True)  # (B, 1)
+    dsinks = None if sinks is None else torch.zeros(n_heads, dtype=dtype)
+    for h in range(n_heads):
+        g = h // group  # the KV head that serves query head h
+        p = rows[:, h, :, :tk]  # (B, Tq, Tk)
+        out = p @ v[:, g]  # (B, Tq, dv)
+        dp = d_out[:, h] @ v[:, g].mT  # (B, Tq, Tk)
+        big_d = (d_out[:, h] * out).sum(dim=-1, keepdim=True)  # (B, Tq, 1)
         ds = p * (dp - big_d)
-        dv[:, g, keys] += p[:, :, None] * d_out[:, h, i, None, :]
-        dq[:, h, i] += scale * (ds[:, :, None] * k[:, g, keys]).sum(dim=1)
-        dk[:, g, keys] += scale * ds[:, :, None] * q[:, h, i, None, :]
+        dv[:, g] += p.mT @ d_out[:, h]
+        dq[:, h] = scale * ds @ k[:, g]
+        dk[:, g] += scale * ds.mT @ q[:, h]
         if dsinks is not None:
-            dsinks[h] -= (row[:, -1:] * big_d).sum()
+            dsinks[h] -= (rows[:, h, :, tk:] * big_d).sum()
     return dq, dk, dv, dsinks
 
 

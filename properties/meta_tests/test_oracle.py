@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from attnspec.specs import REQUIREMENTS, load_requirements
@@ -75,24 +76,6 @@ def test_catalogue_loads_and_ids_are_unique(tmp_path):
         raise AssertionError("a duplicate id was accepted")
 
 
-def test_the_row_oracle_is_the_logit_oracle():
-    # The kernel properties use the row-at-a-time oracle for long sequences: on small cases with every
-    # switch (decode, blind queries, GQA, windows, sinks of -inf and not, an explicit scale) it must give
-    # the per-logit oracle's output.
-    gen = torch.Generator().manual_seed(5)
-    for tq, tk, window, causal in [(5, 5, None, True), (2, 7, 3, True), (6, 4, 2, True), (3, 6, None, False)]:
-        q = torch.randn(2, 6, tq, 3, generator=gen, dtype=torch.float64)
-        k, v = (
-            torch.randn(2, 2, tk, 3, generator=gen, dtype=torch.float64),
-            torch.randn(2, 2, tk, 4, generator=gen, dtype=torch.float64),
-        )
-        sinks = torch.tensor([0.5, -math.inf, 2.0, -1.0, 0.0, -math.inf], dtype=torch.float64)
-        for kwargs in ({}, {"sinks": sinks}, {"scale": 0.7}):
-            expected, _ = attention_oracle(q, k, v, causal=causal, window=window, **kwargs)
-            rows = attention_oracle_by_rows(q, k, v, causal=causal, window=window, **kwargs)
-            assert torch.allclose(rows, expected, rtol=0, atol=1e-14), (tq, tk, window, causal, kwargs)
-
-
 def dense_attention(q, k, v, *, causal, window, sinks=None, scale=None):
     """softmax(q k^T * scale + M, sink) v written densely, differentiable (a row that sees nothing: 0)."""
     group = q.shape[1] // k.shape[1]
@@ -104,6 +87,40 @@ def dense_attention(q, k, v, *, causal, window, sinks=None, scale=None):
     seen = (logits > -math.inf).any(dim=-1, keepdim=True)
     weights = torch.softmax(torch.where(seen, logits, 0.0), dim=-1) * seen
     return weights[..., : k.shape[2]] @ v
+
+
+def test_both_output_oracles_are_the_dense_formula():
+    # On small cases with every switch (decode, blind queries, GQA, windows, sinks of -inf and not, an
+    # explicit scale, non-causal) the oracle, which sums each row's values one key at a time, and the
+    # row oracle the kernel properties use for long sequences must give softmax(q k^T * scale + M) v
+    # written densely with torch's own softmax.
+    gen = torch.Generator().manual_seed(5)
+    for tq, tk, window, causal in [(5, 5, None, True), (2, 7, 3, True), (6, 4, 2, True), (3, 6, None, False)]:
+        q = torch.randn(2, 6, tq, 3, generator=gen, dtype=torch.float64)
+        k, v = (
+            torch.randn(2, 2, tk, 3, generator=gen, dtype=torch.float64),
+            torch.randn(2, 2, tk, 4, generator=gen, dtype=torch.float64),
+        )
+        sinks = torch.tensor([0.5, -math.inf, 2.0, -1.0, 0.0, -math.inf], dtype=torch.float64)
+        for kwargs in ({}, {"sinks": sinks}, {"scale": 0.7}):
+            expected = dense_attention(q, k, v, causal=causal, window=window, **kwargs)
+            out, _ = attention_oracle(q, k, v, causal=causal, window=window, **kwargs)
+            rows = attention_oracle_by_rows(q, k, v, causal=causal, window=window, **kwargs)
+            assert torch.allclose(out, expected, rtol=0, atol=1e-14), (tq, tk, window, causal, kwargs)
+            assert torch.allclose(rows, expected, rtol=0, atol=1e-14), (tq, tk, window, causal, kwargs)
+
+
+def test_a_padded_key_weighs_nothing_and_a_query_that_sees_none_outputs_zero():
+    q, k = torch.zeros(2, 1, 3, 2, dtype=torch.float64), torch.randn(2, 1, 3, 2, dtype=torch.float64)
+    v = torch.tensor([1.0, 2.0, 6.0], dtype=torch.float64).view(1, 1, 3, 1).repeat(2, 1, 1, 1)
+    real = torch.tensor([[True, True, True], [False, True, True]])
+    sinks = torch.zeros(1, dtype=torch.float64)
+    out, weights = attention_oracle(q, k, v, padding_mask=real, sinks=sinks)
+    # batch 0 as without padding; batch 1: query 0 sees no real key (zero, whatever its sink), query 1
+    # sees key 1 and the sink, query 2 keys 1 and 2 and the sink
+    assert out[0].flatten().tolist() == [0.5, 1.0, 2.25]
+    assert out[1].flatten().tolist() == [0.0, 1.0, pytest.approx(8 / 3)]
+    assert weights[1, 0, 0].tolist() == [0.0, 0.0, 0.0] and weights[1, 0, :, 0].tolist() == [0.0, 0.0, 0.0]
 
 
 def test_the_gradient_oracle_is_autograd_through_the_formula():
