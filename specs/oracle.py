@@ -22,15 +22,14 @@ def visible_keys(i: int, tq: int, tk: int, causal: bool = True, window: int | No
         return list(range(tk))
     pos = tk - tq + i
     lowest = 0 if window is None else pos - window + 1
-    return [j for j in range(tk) if lowest <= j <= pos]
+    return list(range(max(lowest, 0), min(pos + 1, tk)))  # the keys j with lowest <= j <= pos
 
 
 def mask_oracle(tq: int, tk: int, causal: bool = True, window: int | None = None) -> torch.Tensor:
-    """Boolean (tq, tk) 'may attend' mask built key by key."""
+    """Boolean (tq, tk) 'may attend' mask, row i True at the keys visible_keys names."""
     mask = torch.zeros(tq, tk, dtype=torch.bool)
     for i in range(tq):
-        for j in visible_keys(i, tq, tk, causal, window):
-            mask[i, j] = True
+        mask[i, visible_keys(i, tq, tk, causal, window)] = True
     return mask
 
 
