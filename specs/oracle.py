@@ -56,7 +56,8 @@ def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float) -> torch.Ten
     n_heads = q.shape[1]
     group = n_heads // k.shape[1]
     served = [h // group for h in range(n_heads)]  # the KV head that serves each query head
-    logits = torch.einsum("bhid,bhjd->bhij", q, k[:, served]) * scale
+    # each logit the sum of its d products, each product rounded in the dtype as it is formed
+    logits = (q[:, :, :, None, :] * k[:, served][:, :, None, :, :]).sum(dim=-1) * scale
     seen = visible[:, None].expand_as(logits)
     logits = torch.where(seen, logits, -math.inf)
     if sinks is not None:
@@ -113,7 +114,8 @@ def attention_oracle_by_rows(
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     group = q.shape[1] // k.shape[1]
     weights = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)[..., : k.shape[2]]
-    return weights @ v[:, [h // group for h in range(q.shape[1])]]
+    values = v[:, [h // group for h in range(q.shape[1])]]  # (B, Hq, Tk, dv): KV head h // group
+    return (weights[..., None] * values[:, :, None]).sum(dim=-2)
 
 
 def attention_grad_oracle(
@@ -135,11 +137,11 @@ def attention_grad_oracle(
         dv_j += p_j d_out_i     ds_j = p_j (dp_j - D_i)     dq_i += scale sum_j ds_j k_j
         dk_j += scale ds_j q_i  dsink_h -= p_sink D_i
 
-    KV head g gathers the gradients of every query head it serves (one query head at a time); a row
-    that sees nothing adds 0."""
+    KV head g gathers the gradients of every query head it serves, and dv, dk and dsinks gather them
+    one query row at a time, in the dtype; a row that sees nothing adds 0."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     d_out = d_out.detach().cpu().to(dtype)
-    tk, n_heads = k.shape[2], q.shape[1]
+    tk, tq, n_heads = k.shape[2], q.shape[2], q.shape[1]
     group = n_heads // k.shape[1]
     rows = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -147,15 +149,16 @@ def attention_grad_oracle(
     for h in range(n_heads):
         g = h // group  # the KV head that serves query head h
         p = rows[:, h, :, :tk]  # (B, Tq, Tk)
-        out = p @ v[:, g]  # (B, Tq, dv)
-        dp = d_out[:, h] @ v[:, g].mT  # (B, Tq, Tk)
+        out = (p[..., None] * v[:, g, None]).sum(dim=2)  # (B, Tq, dv)
+        dp = (v[:, g, None] * d_out[:, h, :, None, :]).sum(dim=-1)  # (B, Tq, Tk)
         big_d = (d_out[:, h] * out).sum(dim=-1, keepdim=True)  # (B, Tq, 1)
         ds = p * (dp - big_d)
-        dv[:, g] += p.mT @ d_out[:, h]
-        dq[:, h] = scale * ds @ k[:, g]
-        dk[:, g] += scale * ds.mT @ q[:, h]
-        if dsinks is not None:
-            dsinks[h] -= (rows[:, h, :, tk:] * big_d).sum()
+        dq[:, h] = scale * (ds[..., None] * k[:, g, None]).sum(dim=2)
+        for i in range(tq):
+            dv[:, g] += p[:, i, :, None] * d_out[:, h, i, None, :]
+            dk[:, g] += scale * ds[:, i, :, None] * q[:, h, i, None, :]
+            if dsinks is not None:
+                dsinks[h] -= (rows[:, h, i, tk:] * big_d[:, i]).sum()
     return dq, dk, dv, dsinks
 
 
