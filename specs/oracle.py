@@ -48,25 +48,28 @@ def _visible(q, k, causal: bool, window: int | None, padding_mask) -> torch.Tens
     return seen
 
 
+def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, Hkv, T, x) keys or values as (B, Hq, T, x): query head h reads KV head h // (Hq / Hkv)."""
+    group = n_heads // t.shape[1]
+    return t[:, [h // group for h in range(n_heads)]]
+
+
 def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float) -> torch.Tensor:
     """(B, Hq, Tq, Tk + 1 with sinks) the softmax of each row's logits q_i . k_j * scale over its
     visible keys (``visible``: (B, Tq, Tk)), the sink last, spelled out: a key it may not see weighs
     exactly 0, and a row that sees no key, or whose every logit is -inf, weighs 0 everywhere (no output,
-    no gradient).  Query head h is served by KV head h // (Hq / Hkv)."""
-    n_heads = q.shape[1]
-    group = n_heads // k.shape[1]
-    served = [h // group for h in range(n_heads)]  # the KV head that serves each query head
+    no gradient)."""
     # each logit the sum of its d products, each product rounded in the dtype as it is formed
-    logits = (q[:, :, :, None, :] * k[:, served][:, :, None, :, :]).sum(dim=-1) * scale
+    logits = (q[:, :, :, None, :] * _per_query_head(k, q.shape[1])[:, :, None, :, :]).sum(dim=-1) * scale
     seen = visible[:, None].expand_as(logits)
-    logits = torch.where(seen, logits, -math.inf)
-    if sinks is not None:
+    if sinks is not None:  # a row's sink counts only when the row sees a key
         sink_logits = sinks.detach().cpu().to(q.dtype)[None, :, None, None].expand(*logits.shape[:3], 1)
         logits = torch.cat([logits, sink_logits], dim=-1)
         seen = torch.cat([seen, seen.any(dim=-1, keepdim=True)], dim=-1)
-    live = seen.any(dim=-1, keepdim=True) & (logits > -math.inf).any(dim=-1, keepdim=True)
-    logits = torch.where(live, logits, 0.0)
-    row = torch.where(seen, torch.exp(logits - logits.max(dim=-1, keepdim=True).values), 0.0)
+    logits = torch.where(seen, logits, -math.inf)
+    live = (logits > -math.inf).any(dim=-1, keepdim=True)
+    logits = torch.where(live, logits, 0.0)  # a dead row: no -inf - -inf
+    row = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
     return torch.where(live, row / row.sum(dim=-1, keepdim=True), 0.0)
 
 
@@ -88,10 +91,9 @@ def attention_oracle(
     time, in ``dtype``, in key order."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     tk = k.shape[2]
-    group = q.shape[1] // k.shape[1]
     visible = _visible(q, k, causal, window, padding_mask)
     weights = _softmax_rows(q, k, visible, sinks, scale)[..., :tk]
-    values = v[:, [h // group for h in range(q.shape[1])]]  # (B, Hq, Tk, dv): KV head h // group
+    values = _per_query_head(v, q.shape[1])
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
     for j in range(tk):
         out += torch.where(visible[:, None, :, j, None], weights[..., j, None] * values[:, :, None, j], 0.0)
@@ -112,10 +114,8 @@ def attention_oracle_by_rows(
     """The output of attention_oracle, each row's weighted values summed at once instead of one key at
     a time: the same formula for sequences of hundreds of keys."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    group = q.shape[1] // k.shape[1]
     weights = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)[..., : k.shape[2]]
-    values = v[:, [h // group for h in range(q.shape[1])]]  # (B, Hq, Tk, dv): KV head h // group
-    return (weights[..., None] * values[:, :, None]).sum(dim=-2)
+    return (weights[..., None] * _per_query_head(v, q.shape[1])[:, :, None]).sum(dim=-2)
 
 
 def attention_grad_oracle(

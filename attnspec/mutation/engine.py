@@ -331,25 +331,25 @@ class Engine:
         # function -> tests that killed one of its mutants (in the previous run too): tried first
         killers = history.previous_killers(previous, coverage)
         entries = {
-            name: dict(info, matrix=plan["matrix"] and info["fault"] is not None, covering=[])
+            name: dict(info, matrix=plan["matrix"] and info["fault"] is not None)
             for name, info in state["mutants"].items()
             if history.in_shard(name, plan.get("shard"))
         }
-        olds = {}
-        for name, entry in entries.items():
-            entry["covering"] = coverage.get(entry["function"], [])
-            olds[name] = history.reusable(name, entry, state, previous, old_coverage)
+        covering = {name: coverage.get(entry["function"], []) for name, entry in entries.items()}
+        olds = {
+            name: history.reusable(name, dict(entry, covering=covering[name]), state, previous, old_coverage)
+            for name, entry in entries.items()
+        }
         # a kill-matrix mutant skipped tests for what its siblings found: when one of a fault's mutants
         # runs again, so do those of its siblings that run tests, so that its row is one campaign's
         rerun = {e["fault"] for name, e in entries.items() if e["matrix"] and olds[name] is None}
         for name, entry in entries.items():
-            info, covering = state["mutants"][name], entry.pop("covering")
-            reaching = history.reaching(info, covering, tests)
-            old = olds[name]
+            info, old = state["mutants"][name], olds[name]
+            reaching = history.reaching(info, covering[name], tests)
             if old is not None and not (entry["matrix"] and entry["fault"] in rerun and reaching):
                 mutants[name] = dict(entry, **old, reused=True)
                 continue
-            if not covering:
+            if not covering[name]:
                 mutants[name] = dict(entry, status="NoCoverage", failures=[], tests_run=0, seconds=0.0)
             elif not reaching:
                 mutants[name] = dict(entry, status=self.generator.unreached, failures=[], tests_run=0)
@@ -409,6 +409,7 @@ class Engine:
 
         remaining = Remaining(jobs, self.plan["workers"])
         self.progress.eta = remaining.estimate()
+        rows: dict[str, Known] = {}  # fault -> its row of the kill matrix so far
 
         def finish(job: Job, outcome: dict | None, status: str) -> None:
             remaining.done(job, time.monotonic() - job.started)
@@ -424,8 +425,6 @@ class Engine:
             counts[status] = counts.get(status, 0) + 1
             self.progress.write()
 
-        rows: dict[str, Known] = {}  # fault -> its row so far
-
         def next_job() -> Job | None:
             busy = {job.fault for job in running.values()}
             for index, job in enumerate(queue):
@@ -439,8 +438,7 @@ class Engine:
                 if job is None:
                     break  # only siblings of the running kill-matrix jobs are left
                 if job.fault is not None:
-                    row = rows.get(job.fault, Known())
-                    job.known = Known(set(row.requirements), set(row.paths))
+                    job.known = rows.get(job.fault)  # the child runs on its own copy
                 known = killers.get(mutants[job.name]["function"], [])
                 job.tests.sort(key=lambda t: (t not in known, tests[t]["duration"], t))
                 job.started = time.monotonic()
