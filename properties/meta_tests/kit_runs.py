@@ -37,6 +37,21 @@ WARM_MODULES = ("torch", "numpy", "hypothesis", "hypothesis.extra.numpy", "pytes
 # Hypothesis is a pytest plugin, whose modules pytest rewrites when it imports them first, and warns
 # about when they are already imported: each child marks them as not to be rewritten.
 PLUGIN_MODULES = ("hypothesis", "_hypothesis_globals")
+# The profiles whose depth is their point (CI runs `ci`): a kit run started under one of them runs
+# under it too.  Under `default` or `quick`, a day-to-day run, a kit run that a target must pass
+# runs the `quick` profile and one that a target must fail the derandomized `mutation` profile.
+DEEP_PROFILES = ("ci", "thorough")
+
+
+def kit_profile(failing: bool = False) -> str:
+    """The Hypothesis profile of a kit run started from this run.  A passing run proves the kit runs
+    and passes a correct target; the ci profile proves it over 150 examples a property.  A failing
+    run's checks read its failures, whose set is then the same every run and never shrunk (shrinking
+    was half of a broken target's run under the default profile)."""
+    own = os.environ.get("HYPOTHESIS_PROFILE", "default")
+    if own in DEEP_PROFILES:
+        return own
+    return "mutation" if failing else "quick"
 
 
 def run_properties(
@@ -48,16 +63,14 @@ def run_properties(
     selection: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
     """pytest on the properties (or the test ids in ``selection``) against ``impl``, under the
-    Hypothesis ``profile`` (conftest.py) or, when None, under this run's own; ``env`` adds
+    Hypothesis ``profile`` (conftest.py) or, when None, ``kit_profile()``; ``env`` adds
     environment variables.  ``as_user``: without the mutation campaign's MUTANT_UNDER_TEST (which a
     campaign's clean run passes on), so that the target is checked at load time as a user's run
     checks it."""
     command = [sys.executable, "-m", "pytest", *(selection or [str(PROPERTIES)])]
     command += [f"--ignore={PROPERTIES / 'meta_tests'}"]
     command += ["-p", "no:cacheprovider", "-q", f"--impl={impl}"]
-    run_env = {**os.environ, **(env or {})}
-    if profile is not None:
-        run_env["HYPOTHESIS_PROFILE"] = profile
+    run_env = {**os.environ, "HYPOTHESIS_PROFILE": profile or kit_profile(), **(env or {})}
     if as_user:
         run_env.pop("MUTANT_UNDER_TEST", None)
     if os.environ.get(MODE_ENV) == "subprocess":

@@ -18,7 +18,8 @@ took 21 minutes under the ci profile on a 2-core machine (6 under the default pr
 "all but one" runs, which repeat nearly every property at 150 examples eleven times; this one takes
 4.5 minutes (2.5 under the default profile).  What it gives up: a property never runs with some of
 the capabilities it does not need declared and others not (say "blind" without "decode"), except
-where a group's needs are such a mix.  Every run uses this run's Hypothesis profile.
+where a group's needs are such a mix.  Every run uses kit_runs.kit_profile(): the ci profile in CI,
+quick in a day-to-day run.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def groups() -> dict[tuple[str, ...], list[str]]:
 
 
 def run_toy(capabilities: tuple[str, ...], selection: list[str]) -> subprocess.CompletedProcess:
-    """The properties in ``selection`` against the toy kernel declaring ``capabilities``, under this
-    run's Hypothesis profile, as a user runs them (the target checked at load time)."""
+    """The properties in ``selection`` against the toy kernel declaring ``capabilities``, under
+    kit_profile(), as a user runs them (the target checked at load time)."""
     return run_properties(TOY, as_user=True, env={TOY_ENV: ",".join(capabilities)}, selection=selection)
 
 

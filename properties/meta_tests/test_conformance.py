@@ -14,15 +14,14 @@ import re
 import pytest
 
 from attnspec.properties.meta_tests.broken_targets import FINDINGS
-from attnspec.properties.meta_tests.kit_runs import PROPERTIES, run_properties
+from attnspec.properties.meta_tests.kit_runs import PROPERTIES, kit_profile, run_properties
 
 # A broken target must fail in every run, but some conventions show on a narrow slice of the draws
 # only: top-left alignment differs from bottom-right for causal attention without a window or sinks
-# and with Tq != Tk, 3-6 % of ATTN-4's draws.  With the default profile's 25 examples a run of one
-# parametrisation of ATTN-4 missed it 290 times in 1000 (~8 % of meta-test runs, which have two, in
-# float64 and float32); with the ci profile's 150, 31 times in 1000 (~0.1 %).  A failing property
-# stops at its first failure: only the properties a broken target passes run all 150 examples.
-FAILING_PROFILE = "ci"
+# and with Tq != Tk, 3-6 % of ATTN-4's draws (ATTN-4's explicit examples now hold such a case).
+# Under the default profile these runs are derandomized (kit_profile): the same failures every run,
+# none shrunk; under ci each run draws 150 examples a property.  A failing property stops at its
+# first failure: only the properties a broken target passes run all their examples.
 KERNEL_PROPERTIES = PROPERTIES / "test_kernels.py"
 
 
@@ -48,7 +47,7 @@ def test_every_failure_of_a_broken_target_says_what_it_does(broken):
     per target but the kernel properties, which test_broken_kernels.py checks on broken kernels: under
     the ci profile their long cases added about a minute per target here."""
     target = f"attnspec.properties.meta_tests.broken_targets:{broken}"
-    done = run_properties(target, f"--ignore={KERNEL_PROPERTIES}", profile=FAILING_PROFILE)
+    done = run_properties(target, f"--ignore={KERNEL_PROPERTIES}", profile=kit_profile(failing=True))
     assert done.returncode == 1, done.stdout[-3000:]
     reports = failure_reports(done.stdout)
     assert len(reports) == done.stdout.count("\nFAILED "), done.stdout[-3000:]
@@ -66,7 +65,9 @@ def test_every_failure_of_a_broken_target_says_what_it_does(broken):
 
 def test_a_target_that_computes_a_float64_layer_in_float32_fails_in_float64():
     target = "attnspec.properties.meta_tests.broken_targets:FLOAT32_LAYER"
-    done = run_properties(target, "-k", "test_layer_matches_the_oracle_layer", profile=FAILING_PROFILE)
+    done = run_properties(
+        target, "-k", "test_layer_matches_the_oracle_layer", profile=kit_profile(failing=True)
+    )
     assert done.returncode == 1, done.stdout[-3000:]
     assert "exceeds the torch.float64 bound" in done.stdout, done.stdout[-3000:]
     assert "convention mismatch" not in done.stdout, done.stdout[-3000:]  # a bug, not a convention

@@ -74,5 +74,5 @@ def test_unknown_or_contradictory_declarations_are_refused():
 @pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE"])
 def test_a_neighbour_that_declares_its_convention_passes_the_whole_kit(name):
     assert getattr(declared_targets, name).conventions
-    done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}", profile="mutation")
+    done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}")
     assert_passes(done)

@@ -1,6 +1,7 @@
 """The zoo (examples/zoo/): correct targets written in other styles pass the whole kit, each in a
-subprocess as a user runs it, under this run's Hypothesis profile; a declared convention is what makes
-the complex-RoPE layer pass, and without it the run fails and names the convention it follows."""
+subprocess as a user runs it (under the ci profile in CI: kit_runs.kit_profile); a declared
+convention is what makes the complex-RoPE layer pass, and without it the run fails and names the
+convention it follows."""
 
 from __future__ import annotations
 
