@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from attnspec.properties.meta_tests.kit_runs import kit_profile
+
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
 
@@ -106,6 +108,12 @@ def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run(command, cwd, "check", *args)
 
 
+def check_passes(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """A check that a correct target must pass, under kit_profile(): quick in a day-to-day run, the
+    run's own (ci) in CI."""
+    return check(command, cwd, *args, "--profile", kit_profile())
+
+
 # The module examples, each with its white box (attnspec.properties.layouts must come with the wheel).
 MODULE_EXAMPLES = ("learner_block:MODEL", "nanogpt_attention:ATTENTION")
 
@@ -143,7 +151,7 @@ def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
 
 
 def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
-    done = check(attnspec_command, user_dir, "toy:attention")
+    done = check_passes(attnspec_command, user_dir, "toy:attention")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("PASS: --impl toy:attention passed every property it can run"), last
@@ -154,7 +162,7 @@ def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
 
 @pytest.mark.parametrize("example", MODULE_EXAMPLES)
 def test_a_module_example_passes_with_its_white_box(attnspec_command: Path, user_dir: Path, example: str):
-    done = check(attnspec_command, user_dir, example)
+    done = check_passes(attnspec_command, user_dir, example)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith(f"PASS: --impl {example}"), done.stdout[-2000:]
     (layer,) = [line for line in done.stdout.splitlines() if line.startswith("  yes  layer ")]
@@ -179,7 +187,7 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
 def test_a_broken_backward_fails_naming_the_gradient(attnspec_command: Path, user_dir: Path):
     """The gradient properties come with the wheel: the reference's backward passes them, and a backward
     that forgets dK's scale fails GRAD-2 saying which gradient is wrong."""
-    passed = check(attnspec_command, user_dir, "flash-ref", "-k", "test_gradients")
+    passed = check_passes(attnspec_command, user_dir, "flash-ref", "-k", "test_gradients")
     assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
     done = check(attnspec_command, user_dir, "backward:TARGET", "-k", "test_gradients_match", "--tb", "short")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]

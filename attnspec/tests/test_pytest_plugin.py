@@ -22,6 +22,8 @@ from xml.etree import ElementTree
 import pytest
 import torch
 
+from attnspec.properties.meta_tests.kit_runs import kit_profile
+
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
 
@@ -195,10 +197,12 @@ def test_the_kit_is_collected_whatever_the_users_ini_says(project: Path, checked
 
 
 def test_a_correct_target_passes_beside_the_users_tests(project: Path):
-    """The whole kit (default profile) and the user's checks, in one session and one JUnit report: for a
-    kernel without windows, which the user's autouse fixture, by emptying the environment of ATTNSPEC_
-    settings, must not turn into impl (which has them) while the properties draw their cases."""
-    done = pytest_in(project, "--attnspec", "windowless:attention", "-v", "--junitxml", "report.xml")
+    """The whole kit (kit_profile(): quick in a day-to-day run, ci in CI) and the user's checks, in one
+    session and one JUnit report: for a kernel without windows, which the user's autouse fixture, by
+    emptying the environment of ATTNSPEC_ settings, must not turn into impl (which has them) while the
+    properties draw their cases."""
+    kit = ["--attnspec", "windowless:attention", "--attnspec-profile", kit_profile()]
+    done = pytest_in(project, *kit, "-v", "--junitxml", "report.xml")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     for test in USERS_TESTS:
         assert f"{test} PASSED" in done.stdout, test
