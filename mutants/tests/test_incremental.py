@@ -1,8 +1,8 @@
 """Incremental and sharded campaigns give the results of a full campaign on the same code.
 
-Real campaigns (all operators, not only the catalogue) on a toy copy of the project: impl/ and
-specs/ as they are, properties/ replaced by three test modules that reach three functions of
-impl/masks.py, so that each campaign takes seconds.
+Real campaigns (all operators, not only the catalogue) on a toy copy of the project: specs/ as it
+is, impl/ cut down to masks.py, properties/ replaced by three test modules that reach three
+functions of impl/masks.py, so that each campaign takes seconds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mutants.campaign import REPO_ROOT
-from mutants.tests.toys import toy_root
+from mutants.tests.toys import MASKS_ONLY, toy_root
 
 TESTS = {
     "test_fill.py": """
@@ -76,7 +76,7 @@ def first_kills(results: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    return toy_root(tmp_path_factory.mktemp("incremental"), TESTS)
+    return toy_root(tmp_path_factory.mktemp("incremental"), TESTS, impl_init=MASKS_ONLY)
 
 
 @pytest.fixture(scope="module")
