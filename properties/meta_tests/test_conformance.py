@@ -18,7 +18,7 @@ from attnspec.properties.meta_tests.kit_runs import PROPERTIES, kit_profile, run
 
 # A broken target must fail in every run, but some conventions show on a narrow slice of the draws
 # only: top-left alignment differs from bottom-right for causal attention without a window or sinks
-# and with Tq != Tk, 3-6 % of ATTN-4's draws (ATTN-4's explicit examples now hold such a case).
+# and with Tq != Tk, 3-6 % of ATTN-4's draws (one of ATTN-4's explicit examples is such a case).
 # Under the default profile these runs are derandomized (kit_profile): the same failures every run,
 # none shrunk; under ci each run draws 150 examples a property.  A failing property stops at its
 # first failure: only the properties a broken target passes run all their examples.
