@@ -59,8 +59,11 @@ def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float) -> torch.Ten
     visible keys (``visible``: (B, Tq, Tk)), the sink last, spelled out: a key it may not see weighs
     exactly 0, and a row that sees no key, or whose every logit is -inf, weighs 0 everywhere (no output,
     no gradient)."""
-    # each logit the sum of its d products, each product rounded in the dtype as it is formed
-    logits = (q[:, :, :, None, :] * _per_query_head(k, q.shape[1])[:, :, None, :, :]).sum(dim=-1) * scale
+    keys = _per_query_head(k, q.shape[1])
+    if q.dtype == GOLDEN:  # the golden: q_i . k_j as a product of matrices (its rounding is ~1e-16)
+        logits = (q @ keys.mT) * scale
+    else:  # each logit the sum of its d products, each product rounded in the dtype as it is formed
+        logits = (q[:, :, :, None, :] * keys[:, :, None, :, :]).sum(dim=-1) * scale
     seen = visible[:, None].expand_as(logits)
     if sinks is not None:  # a row's sink counts only when the row sees a key
         sink_logits = sinks.detach().cpu().to(q.dtype)[None, :, None, None].expand(*logits.shape[:3], 1)
@@ -112,10 +115,13 @@ def attention_oracle_by_rows(
     dtype: torch.dtype = GOLDEN,
 ) -> torch.Tensor:
     """The output of attention_oracle, each row's weighted values summed at once instead of one key at
-    a time: the same formula for sequences of hundreds of keys."""
+    a time (in float64 as a product of matrices): the same formula for sequences of hundreds of keys."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     weights = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)[..., : k.shape[2]]
-    return (weights[..., None] * _per_query_head(v, q.shape[1])[:, :, None]).sum(dim=-2)
+    values = _per_query_head(v, q.shape[1])
+    if dtype == GOLDEN:
+        return weights @ values
+    return (weights[..., None] * values[:, :, None]).sum(dim=-2)
 
 
 def attention_grad_oracle(
