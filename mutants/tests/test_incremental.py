@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mutants.campaign import REPO_ROOT
-from mutants.tests.toys import MASKS_ONLY, toy_root
+from mutants.tests.toys import toy_root
 
 TESTS = {
     "test_fill.py": """
@@ -76,7 +76,7 @@ def first_kills(results: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    return toy_root(tmp_path_factory.mktemp("incremental"), TESTS, impl_init=MASKS_ONLY)
+    return toy_root(tmp_path_factory.mktemp("incremental"), TESTS, masks_only=True)
 
 
 @pytest.fixture(scope="module")
