@@ -1,5 +1,6 @@
-"""`attnspec check`, `attnspec specs` and `attnspec conventions` as a user meets them, run in a fresh
-interpreter from a directory of the user's own modules (test_install.py runs them from the wheel).
+"""`attnspec check`, `attnspec specs` and `attnspec conventions` as a user meets them, run as
+`python -m attnspec` from a directory of the user's own modules (forked from the warm kit server, which
+is a fresh interpreter's run: test_kit_runs.py; test_install.py runs them from the wheel).
 
 A failing check leads with the failures in brief (no tracebacks unless asked for), a module that
 does not import gets one line, a user's test ids carry no impl attention path, and the catalogue
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import attnspec
+from attnspec.properties.meta_tests.kit_runs import run_module
 from attnspec.properties.run_report import Failure, RunReport, error_in_brief, short_test_name
 from attnspec.properties.target_checks import load_problem
 
@@ -42,18 +44,12 @@ attention.capabilities = toy.attention.capabilities
 
 
 def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit."""
+    """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit (forked from
+    the warm kit server: test_kit_runs.py shows that is a new interpreter's run)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
     env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("MUTANT_UNDER_TEST", None)
-    return subprocess.run(
-        [sys.executable, "-m", "attnspec", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_module([sys.executable, "-m", "attnspec", *args], cwd, env)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 
 from attnspec.mutation.generators.catalogue import FAULTS
+from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.tests.test_machinery import check_stryker_shape, stryker_schema  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +54,7 @@ def environment(tmp: Path) -> dict[str, str]:
 
 def mutate(cwd: Path, tmp: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", *args]
-    return subprocess.run(
-        command, cwd=cwd, env=environment(tmp), capture_output=True, text=True, timeout=timeout
-    )
+    return run_module(command, cwd, environment(tmp), timeout)
 
 
 @pytest.fixture(scope="module")

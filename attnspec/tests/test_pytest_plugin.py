@@ -5,8 +5,9 @@ The project is made to be awkward for the kit: its pytest.ini collects only chec
 check_* functions (the kit's files and tests are named test_*), its conftest has a --device option and
 a device fixture of its own (the kit's conftest has both), loads its own Hypothesis profile and empties
 the environment of ATTNSPEC_ settings around every test (the kit reads its target from there).  Each
-run is `python -m pytest` in a fresh interpreter from the project's folder, with the plugin that the
-installed distribution registers (the pytest11 entry point), as test_cli.py runs `attnspec check`.
+run is `python -m pytest` from the project's folder (forked from the warm kit server, which is a fresh
+interpreter's run: test_kit_runs.py), with the plugin that the installed distribution registers (the
+pytest11 entry point), as test_cli.py runs `attnspec check`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from xml.etree import ElementTree
 import pytest
 import torch
 
-from attnspec.properties.meta_tests.kit_runs import kit_profile
+from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
@@ -132,14 +133,7 @@ def pytest_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("MUTANT_UNDER_TEST", None)
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_module([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd, env)
 
 
 def collected(done: subprocess.CompletedProcess) -> list[str]:
@@ -157,14 +151,11 @@ def verdict(done: subprocess.CompletedProcess) -> str:
 def checked_tests(project: Path) -> set[str]:
     """The tests `attnspec check toy:attention` runs: pytest over the kit's folder with the kit's own
     settings (cli.py), from the project's folder."""
-    done = subprocess.run(
+    done = run_module(
         [sys.executable, "-m", "pytest", str(REPO / "properties"), "--impl", "toy:attention"]
         + ["-c", os.devnull, "--rootdir", str(REPO), "-p", "no:cacheprovider", "--collect-only", "-q"],
-        cwd=project,
-        env={key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))},
-        capture_output=True,
-        text=True,
-        timeout=600,
+        project,
+        {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     return set(collected(done))

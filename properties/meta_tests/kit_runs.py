@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -32,8 +33,19 @@ ROOT = Path(attnspec.__file__).resolve().parents[1]
 PROPERTIES = Path(__file__).resolve().parents[1]
 MODE_ENV = "ATTNSPEC_KIT_RUNS"
 # What the server imports before it forks: none that reads the environment or the arguments of a run
-# when imported (conftest.py and the test modules do: each child imports them).
-WARM_MODULES = ("torch", "numpy", "hypothesis", "hypothesis.extra.numpy", "pytest")
+# when imported (conftest.py and the test modules do: each child imports them).  torch imports
+# torch._dynamo (~800 modules, 1-3 s on 2 cores) on a target's first operation on the meta device (the
+# device property's second device) and the symbolic-shapes module (SymPy) on a first backward pass:
+# each kit run would pay for them again.
+WARM_MODULES = (
+    "torch",
+    "torch._dynamo",
+    "torch.fx.experimental.symbolic_shapes",
+    "numpy",
+    "hypothesis",
+    "hypothesis.extra.numpy",
+    "pytest",
+)
 # Hypothesis is a pytest plugin, whose modules pytest rewrites when it imports them first, and warns
 # about when they are already imported: each child marks them as not to be rewritten.
 PLUGIN_MODULES = ("hypothesis", "_hypothesis_globals")
@@ -73,16 +85,21 @@ def run_properties(
     run_env = {**os.environ, "HYPOTHESIS_PROFILE": profile or kit_profile(), **(env or {})}
     if as_user:
         run_env.pop("MUTANT_UNDER_TEST", None)
+    return run_module([*command, *args], ROOT, run_env)
+
+
+def run_module(command: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` (``command``) in ``cwd`` with exactly the environment ``env``: forked
+    from the warm server, or a new interpreter under ``ATTNSPEC_KIT_RUNS=subprocess``."""
+    assert command[1] == "-m", command
     if os.environ.get(MODE_ENV) == "subprocess":
-        return subprocess.run(
-            [*command, *args], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600
-        )
-    return _server().run([*command, *args], run_env, timeout=600)
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return _server().run(command, env, timeout, cwd)
 
 
 class KitServer:
     """The warm process that forks the kit runs (``serve`` is its loop): one request, a JSON line
-    with a run's command, environment and time limit, answered by one JSON line with its exit code
+    with a run's command, folder, environment and time limit, answered by one JSON line with its exit code
     and output."""
 
     def __init__(self) -> None:
@@ -91,9 +108,11 @@ class KitServer:
             [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
 
-    def run(self, command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def run(
+        self, command: list[str], env: dict, timeout: float, cwd: Path = ROOT
+    ) -> subprocess.CompletedProcess:
         assert self.process.stdin is not None and self.process.stdout is not None
-        request = {"argv": command, "env": env, "timeout": timeout}
+        request = {"argv": command, "cwd": str(cwd), "env": env, "timeout": timeout}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
@@ -122,10 +141,13 @@ def _server() -> KitServer:
 
 def serve() -> None:
     """The server's loop: import WARM_MODULES, then fork a child per request on standard input."""
+    import gc
     import importlib
 
     for name in WARM_MODULES:
         importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the warm modules' objects: never scanned (nor copied on write) by a child's collections
     answers = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
@@ -147,9 +169,11 @@ def serve() -> None:
 
 
 def _child(request: dict, out: Path, err: Path) -> None:
-    """In the forked child: become ``python -m pytest ARGS`` with the request's environment."""
+    """In the forked child: become ``python -m MODULE ARGS`` in the request's folder, with its
+    environment."""
     code = 3
     try:
+        os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -158,15 +182,18 @@ def _child(request: dict, out: Path, err: Path) -> None:
             os.dup2(file, fd)
             os.close(file)
         sys.stdin = open(os.devnull)  # not the server's requests
-        argv = request["argv"]
-        sys.argv = ["pytest", *argv[3:]]  # argv is [python, -m, pytest, ARGS...]
+        _, _, module, *args = request["argv"]
+        sys.argv = [module, *args]  # run_module puts the module's file first, as python -m does
+        sys.path[0] = os.getcwd()  # python -m's first entry: the folder it runs in
         for name in PLUGIN_MODULES:
-            module = sys.modules.get(name)
-            if module is not None:
-                module.__doc__ = (module.__doc__ or "") + "\nPYTEST_DONT_REWRITE"
-        import pytest
-
-        code = int(pytest.main(argv[3:]))
+            module_object = sys.modules.get(name)
+            if module_object is not None:
+                module_object.__doc__ = (module_object.__doc__ or "") + "\nPYTEST_DONT_REWRITE"
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as done:
+            code = _exit_code(done.code)
     except BaseException:  # noqa: B036 (a child must never return into the server's loop)
         import traceback
 
@@ -175,6 +202,16 @@ def _child(request: dict, out: Path, err: Path) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _exit_code(status: object) -> int:
+    """The process exit code that ``raise SystemExit(status)`` gives."""
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    print(status, file=sys.stderr)
+    return 1
 
 
 def _wait(pid: int, timeout: float) -> tuple[int, bool]:

@@ -4,17 +4,20 @@ own output; a run past its time limit is stopped as subprocess.run stops one."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 from attnspec.properties.meta_tests import kit_runs
-from attnspec.properties.meta_tests.kit_runs import MODE_ENV, PROPERTIES, run_properties
+from attnspec.properties.meta_tests.kit_runs import MODE_ENV, PROPERTIES, ROOT, run_module, run_properties
 
 TOY = "examples.toy_attention:attention"
 TOY_ENV = "ATTNSPEC_TOY_CAPABILITIES"
 SELECTION = [str(PROPERTIES / "test_gqa_sinks.py")]
+TOY_SOURCE = ROOT / "examples" / "toy_attention.py"
 
 
 def summary(done: subprocess.CompletedProcess) -> str:
@@ -25,22 +28,39 @@ def summary(done: subprocess.CompletedProcess) -> str:
     return found[-1]
 
 
-@pytest.mark.parametrize("capabilities", ["weights,gqa", ""])
-def test_a_served_run_is_a_fresh_interpreters_run(capabilities, monkeypatch):
+def test_a_served_run_is_a_fresh_interpreters_run(monkeypatch):
     """The toy kernel reads its capabilities from the environment when imported: a narrowed run between
     two served runs must see its own declaration, and the one after it none of it."""
+    declared = ("sinks", "weights,gqa", "")
     served = [
         run_properties(TOY, profile="quick", as_user=True, env={TOY_ENV: c}, selection=SELECTION)
-        for c in ("sinks", capabilities, "sinks")
+        for c in ("sinks", "weights,gqa", "sinks", "", "sinks")
     ]
     monkeypatch.setenv(MODE_ENV, "subprocess")
-    fresh = [
-        run_properties(TOY, profile="quick", as_user=True, env={TOY_ENV: c}, selection=SELECTION)
-        for c in ("sinks", capabilities)
-    ]
-    assert [d.returncode for d in served] == [fresh[0].returncode, fresh[1].returncode, fresh[0].returncode]
-    assert [summary(d) for d in served] == [summary(fresh[0]), summary(fresh[1]), summary(fresh[0])]
-    assert summary(fresh[0]) != summary(fresh[1]), "the declarations should select other tests"
+    fresh = dict(
+        (c, run_properties(TOY, profile="quick", as_user=True, env={TOY_ENV: c}, selection=SELECTION))
+        for c in declared
+    )
+    expected = [fresh[c] for c in ("sinks", "weights,gqa", "sinks", "", "sinks")]
+    assert [d.returncode for d in served] == [d.returncode for d in expected]
+    assert [summary(d) for d in served] == [summary(d) for d in expected]
+    assert len({summary(fresh[c]) for c in declared}) == 3, "the declarations should select other tests"
+
+
+def test_a_served_command_runs_in_its_own_folder_as_a_fresh_interpreter(tmp_path, monkeypatch):
+    """`python -m attnspec check` served in a user's folder: the target is imported from that folder, and
+    the output and exit code are a new interpreter's."""
+    (tmp_path / "users_kernel.py").write_text(TOY_SOURCE.read_text())
+    command = [sys.executable, "-m", "attnspec", "check", "users_kernel:attention", "--profile", "quick"]
+    command += ["-k", "test_gqa_sinks"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNSPEC_", "PYTHON", "HYPOTHESIS_"))}
+    served = run_module(command, tmp_path, env)
+    monkeypatch.setenv(MODE_ENV, "subprocess")
+    fresh = run_module(command, tmp_path, env)
+    assert served.returncode == fresh.returncode == 0, served.stdout[-3000:] + served.stderr[-2000:]
+    verdicts = [d.stdout.strip().splitlines()[-1] for d in (served, fresh)]
+    assert verdicts[0] == verdicts[1] and verdicts[0].startswith("PASS: --impl users_kernel:attention")
+    assert served.stderr == fresh.stderr
 
 
 def test_a_served_run_past_its_time_limit_is_stopped():
