@@ -5,13 +5,14 @@ The root is the folder that holds the attnspec package (the repository, or a mut
 workspace, where the properties sit at attnspec/properties), so the run finds the same settings
 and the same copy of the code as the run that starts it.
 
-Each run is ``python -m pytest ...`` in a new process, with its own environment, arguments, standard
-output and exit code, but not a new interpreter: a warm server process, started on the first run
-and kept for the test session, has imported torch, Hypothesis and pytest once (3 of the 5.5 s that
-starting a kit run took on 2 cores), and forks one child per run.  Of the kit it imports only this
-module, and nothing of a target's, so each child imports conftest.py and the test modules, collects
-and reads its environment as a fresh ``python -m pytest`` does.  ``ATTNSPEC_KIT_RUNS=subprocess``
-starts a new interpreter per run instead.
+Each run is ``python -m pytest ...`` (or any ``python -m MODULE ...``: run_module, which test_cli,
+the plugin's tests and test_mutate use) in a new process, with its own folder, environment, arguments,
+standard output and exit code, but not a new interpreter: a warm server process, started on the first
+run and kept for the test session, has imported torch (with the parts of it a run imports on first use),
+Hypothesis and pytest once, and forks one child per run.  Of the kit it imports only this module, and
+nothing of a target's, so each child imports conftest.py and the test modules, collects and reads its
+environment as a fresh ``python -m pytest`` does (test_kit_runs.py compares the two).
+``ATTNSPEC_KIT_RUNS=subprocess`` starts a new interpreter per run instead.
 """
 
 from __future__ import annotations
