@@ -2,7 +2,9 @@
 empty directory with `attnspec check`, and prints the catalogue and the conventions it ships.
 
 The venv gets attnspec from the wheel alone, then torch, pytest and Hypothesis from this
-environment (a .pth line to its site-packages, so nothing is downloaded).
+environment (a .pth line to its site-packages, so nothing is downloaded).  The installed `attnspec`
+command runs a correct check and the mutation campaigns; the other runs are `python -m attnspec` of the
+venv, forked from a warm server of the venv's python (kit_runs.run_module).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from attnspec.properties.meta_tests.kit_runs import kit_profile
+from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
@@ -95,23 +97,27 @@ def attnspec_command(wheel: Path, tmp_path_factory) -> Path:
     return env_dir / "bin" / "attnspec"
 
 
-def run(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def run(command: Path, cwd: Path, *args: str, served: bool = True) -> subprocess.CompletedProcess:
+    """`attnspec ARGS` of the venv in ``cwd``: as ``python -m attnspec`` forked from a warm server of the
+    venv's python (kit_runs.run_module), or, not ``served``, the installed command itself."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
     env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("MUTANT_UNDER_TEST", None)
+    if served:
+        return run_module([str(command.parent / "python"), "-m", "attnspec", *args], cwd, env)
     return subprocess.run(
         [str(command), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
 
 
-def check(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return run(command, cwd, "check", *args)
+def check(command: Path, cwd: Path, *args: str, served: bool = True) -> subprocess.CompletedProcess:
+    return run(command, cwd, "check", *args, served=served)
 
 
-def check_passes(command: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def check_passes(command: Path, cwd: Path, *args: str, served: bool = True) -> subprocess.CompletedProcess:
     """A check that a correct target must pass, under kit_profile(): quick in a day-to-day run, the
     run's own (ci) in CI."""
-    return check(command, cwd, *args, "--profile", kit_profile())
+    return check(command, cwd, *args, "--profile", kit_profile(), served=served)
 
 
 # The module examples, each with its white box (attnspec.properties.layouts must come with the wheel).
@@ -151,7 +157,7 @@ def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
 
 
 def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
-    done = check_passes(attnspec_command, user_dir, "toy:attention")
+    done = check_passes(attnspec_command, user_dir, "toy:attention", served=False)  # the command itself
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("PASS: --impl toy:attention passed every property it can run"), last

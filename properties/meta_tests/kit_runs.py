@@ -91,11 +91,11 @@ def run_properties(
 
 def run_module(command: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` (``command``) in ``cwd`` with exactly the environment ``env``: forked
-    from the warm server, or a new interpreter under ``ATTNSPEC_KIT_RUNS=subprocess``."""
+    from the warm server of that python, or a new interpreter under ``ATTNSPEC_KIT_RUNS=subprocess``."""
     assert command[1] == "-m", command
     if os.environ.get(MODE_ENV) == "subprocess":
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return _server().run(command, env, timeout, cwd)
+    return _server(command[0]).run(command, env, timeout, cwd)
 
 
 class KitServer:
@@ -103,10 +103,14 @@ class KitServer:
     with a run's command, folder, environment and time limit, answered by one JSON line with its exit code
     and output."""
 
-    def __init__(self) -> None:
-        code = "from attnspec.properties.meta_tests.kit_runs import serve; serve()"
+    def __init__(self, python: str) -> None:
+        # this file run as a script, so that an interpreter whose attnspec has no meta tests (a venv with
+        # the wheel: test_install.py) can serve too; without python -c's first sys.path entry (the folder
+        # it starts in), so that the server imports attnspec from where that python finds it
+        run = f"runpy.run_path({__file__!r}, run_name='attnspec_kit_server')['serve']()"
+        code = f"import sys; del sys.path[0]; import runpy; {run}"
         self.process = subprocess.Popen(
-            [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [python, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
 
     def run(
@@ -130,14 +134,16 @@ class KitServer:
             self.process.wait(timeout=60)
 
 
-_servers: list[KitServer] = []
+_servers: dict[str, KitServer] = {}
 
 
-def _server() -> KitServer:
-    if not _servers or _servers[0].process.poll() is not None:
-        _servers[:] = [KitServer()]
-        atexit.register(_servers[0].close)
-    return _servers[0]
+def _server(python: str = sys.executable) -> KitServer:
+    """The server of the interpreter ``python`` (started on its first run)."""
+    server = _servers.get(python)
+    if server is None or server.process.poll() is not None:
+        server = _servers[python] = KitServer(python)
+        atexit.register(server.close)
+    return server
 
 
 def serve() -> None:
@@ -185,7 +191,7 @@ def _child(request: dict, out: Path, err: Path) -> None:
         sys.stdin = open(os.devnull)  # not the server's requests
         _, _, module, *args = request["argv"]
         sys.argv = [module, *args]  # run_module puts the module's file first, as python -m does
-        sys.path[0] = os.getcwd()  # python -m's first entry: the folder it runs in
+        sys.path.insert(0, os.getcwd())  # python -m's first entry: the folder it runs in
         for name in PLUGIN_MODULES:
             module_object = sys.modules.get(name)
             if module_object is not None:
