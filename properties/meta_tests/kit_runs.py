@@ -192,6 +192,10 @@ def _child(request: dict, out: Path, err: Path) -> None:
         _, _, module, *args = request["argv"]
         sys.argv = [module, *args]  # run_module puts the module's file first, as python -m does
         sys.path.insert(0, os.getcwd())  # python -m's first entry: the folder it runs in
+        # Hypothesis takes its example database's default folder (.hypothesis in the current folder) when
+        # imported: the run's folder, as a new interpreter started there would
+        configuration = sys.modules["hypothesis.configuration"]
+        setattr(configuration, "__hypothesis_home_directory_default", Path.cwd() / ".hypothesis")
         for name in PLUGIN_MODULES:
             module_object = sys.modules.get(name)
             if module_object is not None:
