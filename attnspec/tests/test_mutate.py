@@ -255,6 +255,9 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as a terminal delivers it, even when this run inherited SIGINT ignored (a shell's
+        # background job does that): a Python that starts with it ignored keeps it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     assert process.stdout is not None
