@@ -8,7 +8,6 @@ and the conventions print without a checkout."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import attnspec
-from attnspec.properties.meta_tests.kit_runs import run_module
+from attnspec.properties.meta_tests.kit_runs import run_module, users_env
 from attnspec.properties.run_report import Failure, RunReport, error_in_brief, short_test_name
 from attnspec.properties.target_checks import load_problem
 
@@ -46,10 +45,7 @@ attention.capabilities = toy.attention.capabilities
 def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit (forked from
     the warm kit server: test_kit_runs.py shows that is a new interpreter's run)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
-    env.pop("HYPOTHESIS_PROFILE", None)
-    env.pop("MUTANT_UNDER_TEST", None)
-    return run_module([sys.executable, "-m", "attnspec", *args], cwd, env)
+    return run_module([sys.executable, "-m", "attnspec", *args], cwd, users_env())
 
 
 @pytest.fixture(scope="module")

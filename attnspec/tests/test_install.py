@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module
+from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module, users_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
@@ -100,9 +100,7 @@ def attnspec_command(wheel: Path, tmp_path_factory) -> Path:
 def run(command: Path, cwd: Path, *args: str, served: bool = True) -> subprocess.CompletedProcess:
     """`attnspec ARGS` of the venv in ``cwd``: as ``python -m attnspec`` forked from a warm server of the
     venv's python (kit_runs.run_module), or, not ``served``, the installed command itself."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
-    env.pop("HYPOTHESIS_PROFILE", None)
-    env.pop("MUTANT_UNDER_TEST", None)
+    env = users_env()
     if served:
         return run_module([str(command.parent / "python"), "-m", "attnspec", *args], cwd, env)
     return subprocess.run(

@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 import pytest
 import torch
 
-from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module
+from attnspec.properties.meta_tests.kit_runs import kit_profile, run_module, users_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
@@ -129,9 +129,7 @@ def project(tmp_path_factory) -> Path:
 
 def pytest_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` in ``cwd``, with none of this run's settings for the kit."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
-    env.pop("HYPOTHESIS_PROFILE", None)
-    env.pop("MUTANT_UNDER_TEST", None)
+    env = users_env()
     env.pop("PYTEST_ADDOPTS", None)
     return run_module([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd, env)
 
@@ -155,7 +153,7 @@ def checked_tests(project: Path) -> set[str]:
         [sys.executable, "-m", "pytest", str(REPO / "properties"), "--impl", "toy:attention"]
         + ["-c", os.devnull, "--rootdir", str(REPO), "-p", "no:cacheprovider", "--collect-only", "-q"],
         project,
-        {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))},
+        users_env(),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     return set(collected(done))

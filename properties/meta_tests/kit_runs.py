@@ -50,6 +50,9 @@ WARM_MODULES = (
 # Hypothesis is a pytest plugin, whose modules pytest rewrites when it imports them first, and warns
 # about when they are already imported: each child marks them as not to be rewritten.
 PLUGIN_MODULES = ("hypothesis", "_hypothesis_globals")
+# The default database folder that hypothesis.configuration fixes when imported (.hypothesis in the
+# folder it is imported in): each child sets it to its own folder's.
+HYPOTHESIS_HOME = "__hypothesis_home_directory_default"
 # The profiles whose depth is their point (CI runs `ci`): a kit run started under one of them runs
 # under it too.  Under `default` or `quick`, a day-to-day run, a kit run that a target must pass
 # runs the `quick` profile and one that a target must fail the derandomized `mutation` profile.
@@ -87,6 +90,15 @@ def run_properties(
     if as_user:
         run_env.pop("MUTANT_UNDER_TEST", None)
     return run_module([*command, *args], ROOT, run_env)
+
+
+def users_env() -> dict[str, str]:
+    """This run's environment as a user's shell has it: without the kit's settings (ATTNSPEC_*, the
+    Hypothesis profile, a campaign's MUTANT_UNDER_TEST) and without PYTHON* variables."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ATTNSPEC_", "PYTHON"))}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    env.pop("MUTANT_UNDER_TEST", None)
+    return env
 
 
 def run_module(command: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -195,7 +207,8 @@ def _child(request: dict, out: Path, err: Path) -> None:
         # Hypothesis takes its example database's default folder (.hypothesis in the current folder) when
         # imported: the run's folder, as a new interpreter started there would
         configuration = sys.modules["hypothesis.configuration"]
-        setattr(configuration, "__hypothesis_home_directory_default", Path.cwd() / ".hypothesis")
+        assert hasattr(configuration, HYPOTHESIS_HOME), f"Hypothesis no longer has {HYPOTHESIS_HOME}"
+        setattr(configuration, HYPOTHESIS_HOME, Path.cwd() / ".hypothesis")
         for name in PLUGIN_MODULES:
             module_object = sys.modules.get(name)
             if module_object is not None:

@@ -4,7 +4,6 @@ own output; a run past its time limit is stopped as subprocess.run stops one."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,14 @@ import sys
 import pytest
 
 from attnspec.properties.meta_tests import kit_runs
-from attnspec.properties.meta_tests.kit_runs import MODE_ENV, PROPERTIES, ROOT, run_module, run_properties
+from attnspec.properties.meta_tests.kit_runs import (
+    MODE_ENV,
+    PROPERTIES,
+    ROOT,
+    run_module,
+    run_properties,
+    users_env,
+)
 
 TOY = "examples.toy_attention:attention"
 TOY_ENV = "ATTNSPEC_TOY_CAPABILITIES"
@@ -31,20 +37,19 @@ def summary(done: subprocess.CompletedProcess) -> str:
 def test_a_served_run_is_a_fresh_interpreters_run(monkeypatch):
     """The toy kernel reads its capabilities from the environment when imported: a narrowed run between
     two served runs must see its own declaration, and the one after it none of it."""
-    declared = ("sinks", "weights,gqa", "")
-    served = [
-        run_properties(TOY, profile="quick", as_user=True, env={TOY_ENV: c}, selection=SELECTION)
-        for c in ("sinks", "weights,gqa", "sinks", "", "sinks")
-    ]
+    order = ("sinks", "weights,gqa", "sinks", "", "sinks")
+
+    def kit_run(capabilities: str) -> subprocess.CompletedProcess:
+        env = {TOY_ENV: capabilities}
+        return run_properties(TOY, profile="quick", as_user=True, env=env, selection=SELECTION)
+
+    served = [kit_run(c) for c in order]
     monkeypatch.setenv(MODE_ENV, "subprocess")
-    fresh = dict(
-        (c, run_properties(TOY, profile="quick", as_user=True, env={TOY_ENV: c}, selection=SELECTION))
-        for c in declared
-    )
-    expected = [fresh[c] for c in ("sinks", "weights,gqa", "sinks", "", "sinks")]
+    fresh = {c: kit_run(c) for c in set(order)}
+    expected = [fresh[c] for c in order]
     assert [d.returncode for d in served] == [d.returncode for d in expected]
     assert [summary(d) for d in served] == [summary(d) for d in expected]
-    assert len({summary(fresh[c]) for c in declared}) == 3, "the declarations should select other tests"
+    assert len({summary(d) for d in fresh.values()}) == 3, "the declarations should select other tests"
 
 
 def test_a_served_command_runs_in_its_own_folder_as_a_fresh_interpreter(tmp_path, monkeypatch):
@@ -53,7 +58,7 @@ def test_a_served_command_runs_in_its_own_folder_as_a_fresh_interpreter(tmp_path
     (tmp_path / "users_kernel.py").write_text(TOY_SOURCE.read_text())
     command = [sys.executable, "-m", "attnspec", "check", "users_kernel:attention", "--profile", "quick"]
     command += ["-k", "test_gqa_sinks"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNSPEC_", "PYTHON", "HYPOTHESIS_"))}
+    env = users_env()
     served = run_module(command, tmp_path, env)
     monkeypatch.setenv(MODE_ENV, "subprocess")
     fresh = run_module(command, tmp_path, env)
