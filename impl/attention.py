@@ -195,7 +195,9 @@ def explicit_attention(
     if sinks is not None:
         sink_column = sinks.to(compute)[:, None, None].expand(batch, n_heads, tq, 1)
         scores = torch.cat([scores, sink_column], dim=-1)  # (B, Hq, Tq, Tk + 1)
-    weights = torch.softmax(scores, dim=-1)  # without padding every row sees a key
+    # Without padding every row sees a key.  In place unless autograd needs the scores: a (Tq, Tk)
+    # tensor less to allocate and fill (the causal tiles' largest cost after the two matmuls).
+    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
     if padding_mask is not None:

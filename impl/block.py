@@ -126,7 +126,9 @@ class AttentionBlock(nn.Module):
         k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
         if cache is not None:
-            k, v = cache.update(k, v, offset)  # (B, Hkv, held + T, d), the new positions last
+            # (B, Hkv, held + T, d), the new positions last; one decoded token's in any order where no
+            # padding mask has to line up with them (its attention sums over all of them alike)
+            k, v = cache.update(k, v, offset, any_order=padding_mask is None)
         # the keys are the last k.shape[2] positions of the sequence so far
         keys_padding = None if padding_mask is None else padding_mask[:, -k.shape[2] :]
         attn = cast(

@@ -43,28 +43,35 @@ class KVCache:
         """The absolute positions held, oldest first, (held,) on the CPU."""
         return torch.arange(self.length - self.held(), self.length)
 
-    def keys_values(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def keys_values(self, oldest_first: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys (B, Hkv, held, d) and values (B, Hkv, held, dv) held, oldest first: views of the
-        buffers while the oldest sits in slot 0 (which the next write changes), else copies."""
+        buffers while the oldest sits in slot 0 (which the next write changes), else copies.  With
+        ``oldest_first=False`` in slot order (position p in slot p % slots), always the views."""
         if self.buffers is None:
             raise ValueError("the cache is empty: nothing was written since it was made or reset")
         keys, values = self.buffers
         held = self.held()
         oldest = (self.length - held) % keys.shape[2]  # its slot: roll it to the front
-        if oldest == 0:
+        if oldest == 0 or not oldest_first:
             return keys[:, :, :held], values[:, :, :held]
         return keys.roll(-oldest, dims=2), values.roll(-oldest, dims=2)
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, offset: int, *, any_order: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
         and return every key and value that one of these C queries may see, oldest first; the new
-        ones come last, so the queries sit bottom-right (CONVENTIONS.md's alignment)."""
+        ones come last, so the queries sit bottom-right (CONVENTIONS.md's alignment).
+
+        ``any_order``: the caller's attention does not care in which order a single query's keys come
+        (nothing, such as a padding mask, has to line up with them).  One new token then gets them in
+        slot order, the buffers themselves: a windowed layer's ring is never copied to roll it."""
         self.check(k, v, offset)
         if self.window is None or k.shape[2] == 1:
             # One new query sees the W positions that end at its own: writing it evicts only the
             # position that just left its window, so the cache then holds exactly what it sees.
             self.write(k, v)
-            return self.keys_values()
+            return self.keys_values(oldest_first=not any_order)
         if self.length == 0:
             self.write(k, v)
             return k, v

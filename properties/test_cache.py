@@ -198,31 +198,35 @@ chunks = st.lists(st.integers(1, 7), min_size=1, max_size=6)
 
 
 @pytest.mark.req("CACHE-2")
-@given(window=st.one_of(st.none(), st.integers(1, 5)), sizes=chunks)
-@example(window=4, sizes=[1, 1, 1, 1])  # the window just filled: still the buffer itself
-@example(window=4, sizes=[1, 1, 1, 1, 1])  # the first eviction
-@example(window=None, sizes=[3, 2, 1])
-def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes):
+@given(window=st.one_of(st.none(), st.integers(1, 5)), sizes=chunks, any_order=st.booleans())
+@example(window=4, sizes=[1, 1, 1, 1], any_order=False)  # the window just filled: still the buffer itself
+@example(window=4, sizes=[1, 1, 1, 1, 1], any_order=False)  # the first eviction
+@example(window=4, sizes=[1, 1, 1, 1, 1, 1], any_order=True)  # the ring as it lies, not rolled
+@example(window=None, sizes=[3, 2, 1], any_order=False)
+def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes, any_order):
     """After a chunk of C positions, update returns the keys and values of every position the chunk's
     queries may see, oldest first: one decoded token gets exactly positions p-W+1 .. p (or 0 .. p), a
     longer chunk the positions held before it and its own.  A full layer's, and a decoded token's while
-    the oldest position it sees sits in slot 0, are the cache's own buffers rather than a copy.  Each key
-    and value holds its position."""
+    the oldest position it sees sits in slot 0, are the cache's own buffers rather than a copy; with
+    any_order a decoded token's always are, in slot order (position p in slot p % W).  Each key and
+    value holds its position."""
     cache = KVCache(64, window)
     seen = 0
     for size in sizes:
         k = torch.arange(seen, seen + size, dtype=torch.float32)[None, None, :, None].expand(1, 2, size, 3)
-        keys, values = cache.update(k, k[..., :2] + 0.5, seen)
+        keys, values = cache.update(k, k[..., :2] + 0.5, seen, any_order=any_order)
         if size == 1 or window is None:  # the last W: what the query at the new position sees
             expected = cache_positions_oracle(seen + size, window)
+            if any_order:  # in their slots' order
+                expected.sort(key=lambda p: p % cache.buffers[0].shape[2])
         else:  # what the cache held before the chunk, then the chunk
             expected = cache_positions_oracle(seen, window) + list(range(seen, seen + size))
         seen += size
-        what = f"window {window}, chunks {sizes}, after {seen} positions"
+        what = f"window {window}, chunks {sizes}, any_order={any_order}, after {seen} positions"
         got_keys, got_values = keys[0, 0, :, 0].tolist(), (values[0, 0, :, 0] - 0.5).tolist()
         assert got_keys == expected, f"{what}: keys of positions {got_keys}"
         assert got_values == expected, f"{what}: values of positions {got_values}"
-        if window is None or (size == 1 and expected[0] % window == 0):
+        if window is None or (size == 1 and (any_order or expected[0] % window == 0)):
             buffer_k, buffer_v = cache.buffers
             assert keys.data_ptr() == buffer_k.data_ptr() and values.data_ptr() == buffer_v.data_ptr(), (
                 f"{what}: update copied the keys and values"
