@@ -214,7 +214,8 @@ def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes,
     seen = 0
     for size in sizes:
         k = torch.arange(seen, seen + size, dtype=torch.float32)[None, None, :, None].expand(1, 2, size, 3)
-        keys, values = cache.update(k, k[..., :2] + 0.5, seen, any_order=any_order)
+        order = {"any_order": True} if any_order else {}  # oldest first is the default
+        keys, values = cache.update(k, k[..., :2] + 0.5, seen, **order)
         if size == 1 or window is None:  # the last W: what the query at the new position sees
             expected = cache_positions_oracle(seen + size, window)
             if any_order:  # in their slots' order
