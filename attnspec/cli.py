@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.cli import split_command
+from attnspec.parallel import Parallel, default_jobs
 from attnspec.pytest_plugin import PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
@@ -84,7 +85,8 @@ def check(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
     plugin = _Check()
-    code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=[plugin])
+    plugins: list[object] = [plugin, Parallel(args.jobs)]
+    code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=plugins)
     if plugin.config is None or code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
         print(f"NOT CHECKED: {args.target} could not be checked (see above)")
         return NOT_CHECKED
@@ -104,6 +106,10 @@ def check(args: argparse.Namespace) -> int:
 
         diagnosis = target_diagnosis(target, args.device)
         print(f"diagnosis: {diagnosis}" if diagnosis else NO_DIAGNOSIS)
+    if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: what ran is no verdict on the target
+        so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
+        print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")
+        return NOT_CHECKED
     print(report.verdict(target))
     if code == pytest.ExitCode.TESTS_FAILED:
         return FAILED
@@ -157,6 +163,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-k", metavar="EXPRESSION", help="only the properties matching pytest's -k EXPRESSION")
     run.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report to PATH")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
+    run.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=default_jobs(),
+        help="processes the properties run in, forked once they are collected (default: one per "
+        f"usable core, at most 4: {default_jobs()} here; 1 runs them in this process, as -x does)",
+    )
     run.add_argument("-v", "--verbose", action="count", default=0, help="one line per test")
     run.add_argument(
         "--tb",
@@ -182,6 +196,13 @@ def parser() -> argparse.ArgumentParser:
     mutate = add_mutate_parser(commands)
     mutate.set_defaults(parser=mutate)
     return main
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

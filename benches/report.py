@@ -39,7 +39,8 @@ def medians(run: dict) -> dict[str, dict[str, float]]:
 def check_lines(run: dict) -> list[str]:
     """attnspec check's median times (benches/test_check.py), and in imports of torch of the same run."""
     return [
-        f"check --profile {info['check']:<8} {info['wall_s']:6.1f} s  {info['per_torch_import']:5.1f}x "
+        f"check --profile {info['check']:<8} -j {info.get('jobs', 1)} {info['wall_s']:6.1f} s  "
+        f"{info['per_torch_import']:5.1f}x "
         f"the import of torch ({info['torch_import_s']:.1f} s)"
         for info in (bench["extra_info"] for bench in run["benchmarks"])
         if "check" in info

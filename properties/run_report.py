@@ -121,15 +121,21 @@ class RunReport:
         self.skipped_for: Counter[str] = Counter()  # capability -> tests skipped for its absence
         self.no_second_device = 0  # tests skipped for want of a device (skips.second_device)
         self.failures: list[Failure] = []  # in the order they failed
-        # (nodeid, phase) -> its error in brief, from the making of its report to its logging (the
-        # strings, not the error, which would keep the failing test's tensors alive)
-        self._errors: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+        self.order: dict[str, int] = {}  # node id -> its place in the collection
+        self.places: list[int] = []  # of each failure, its test's place in the collection
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.order = {item.nodeid: i for i, item in enumerate(session.items)}
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        """A failure's error in brief goes with its report (the strings, not the error, which would keep
+        the failing test's tensors alive), also to another process: a worker of `attnspec check --jobs`
+        or of pytest-xdist."""
         report = yield
         if report.failed and call.excinfo is not None:
-            self._errors[(report.nodeid, report.when)] = error_in_brief(call.excinfo.value)
+            report.attnspec_error = error_in_brief(call.excinfo.value)
         return report
 
     @pytest.hookimpl
@@ -140,10 +146,11 @@ class RunReport:
             lines = str(report.longrepr).strip().splitlines()
             message = lines[-1].removeprefix("E   ").strip() if lines else ""
             self.failures.append(Failure(short_test_name(report.nodeid), "collection", (), message, ()))
+            self.places.append(-1)  # before every test
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        error = self._errors.pop((report.nodeid, report.when), None)
+        error = getattr(report, "attnspec_error", None)  # a list of [message, lines] once serialized
         if report.skipped:
             self.skipped += 1
             found = LACKS.search(skip_reason(report))
@@ -155,15 +162,19 @@ class RunReport:
             self.failed_tests += 1
             self.failed.update(requirements(report) or ["(no requirement)"])
             message, example = error or (report.longreprtext.strip().rsplit("\n", 1)[-1], ())
-            ids = tuple(requirements(report))
-            self.failures.append(Failure(short_test_name(report.nodeid), report.when, ids, message, example))
+            ids, example = tuple(requirements(report)), tuple(example)
+            failure = Failure(short_test_name(report.nodeid), report.when, ids, message, example)
+            self.failures.append(failure)
+            self.places.append(self.order.get(report.nodeid, len(self.order)))
         elif report.when == "call":
             self.passed += 1
 
     def failure_lines(self) -> list[str]:
         """Each failed test on one line (its requirements, its name, the first line of its error),
-        then the case Hypothesis found it failing on."""
-        return [line for failure in self.failures for line in failure.lines()]
+        then the case Hypothesis found it failing on; in the order of the collection (the order they
+        failed in depends on the processes of `attnspec check --jobs`)."""
+        in_order = sorted(range(len(self.failures)), key=self.places.__getitem__)  # a stable sort
+        return [line for i in in_order for line in self.failures[i].lines()]
 
     def capability_lines(self, target: Target) -> list[str]:
         """One line per capability (a module's only: MODULE_CAPABILITIES; an attention target's without

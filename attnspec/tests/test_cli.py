@@ -8,10 +8,14 @@ and the conventions print without a checkout."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -42,6 +46,28 @@ attention.capabilities = toy.attention.capabilities
 """
 
 
+# a target that crashes in every worker process of `attnspec check --jobs` (forks of the check's own
+# process, which imports it), and is slow in the check's own, so that the workers take units of work
+CRASH = """
+import os
+import time
+
+import toy
+
+CHECK = os.getpid()
+
+
+def attention(q, k, v, **kwargs):
+    if os.getpid() != CHECK:
+        os._exit(3)
+    time.sleep(0.01)
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+
 def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit (forked from
     the warm kit server: test_kit_runs.py shows that is a new interpreter's run)."""
@@ -53,6 +79,7 @@ def user_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("user")
     (cwd / "toy.py").write_text(TOY)
     (cwd / "leak.py").write_text(LEAK)
+    (cwd / "crash.py").write_text(CRASH)
     (cwd / "syntax.py").write_text("def attention(q, k, v\n    return q\n")
     (cwd / "raises.py").write_text("import toy\n\nraise RuntimeError('no GPU found at import')\n")
     return cwd
@@ -141,6 +168,78 @@ def test_a_users_test_ids_carry_no_attention_path(user_dir: Path):
     assert done.returncode == 0, done.stdout[-3000:]
     assert "test_attention.py::test_matches_the_oracle[torch.float32] PASSED" in done.stdout
     assert "[explicit" not in done.stdout and "[tiled" not in done.stdout
+
+
+def failures_in_brief(stdout: str) -> list[str]:
+    """The failures in brief, each as its requirements and test (the message's numbers and the case
+    are those of the example Hypothesis found, which may differ from run to run)."""
+    return [line.split(": ", 1)[0] for line in stdout.splitlines() if re.match(r"  [A-Z]+-\d", line)]
+
+
+def junit_counts(path: Path) -> dict[str, str]:
+    suite = ElementTree.parse(path).getroot().find("testsuite")
+    assert suite is not None, path.read_text()[:2000]
+    return {key: suite.get(key, "") for key in ("tests", "failures", "errors", "skipped")}
+
+
+def test_the_jobs_report_what_one_process_reports(user_dir: Path):
+    """--jobs 3 forks two workers once the properties are collected: the same failures in brief (in the
+    order of the collection), table, verdict, exit code and JUnit counts as one process."""
+    runs = {}
+    for jobs in ("1", "3"):
+        junit = user_dir / f"jobs{jobs}.xml"
+        selected = "masked or sum_to_one or raising_a_sink or oracle"
+        done = attnspec_command(
+            user_dir, "check", "leak:attention", "-k", selected, "-j", jobs, f"--junitxml={junit}"
+        )
+        assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+        table = done.stdout[done.stdout.index("capabilities of --impl") :]
+        runs[jobs] = (failures_in_brief(done.stdout), table, junit_counts(junit))
+    assert len(runs["1"][0]) >= 3, runs["1"][0]
+    assert runs["3"] == runs["1"]
+
+
+def test_a_worker_that_dies_fails_the_test_it_ran_and_the_rest_of_its_unit_runs(user_dir: Path):
+    selected = "test_matches_the_oracle or test_masked_weights_are_exactly_zero or test_batch_elements"
+    check = ("check", "crash:attention", "-k", selected, "--profile", "quick")
+    alone = attnspec_command(user_dir, *check, "-j", "1")
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    passed = int(re.search(r"\((\d+) passed", alone.stdout).group(1))
+    done = attnspec_command(user_dir, *check, "-j", "2")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    died = [line for line in done.stdout.splitlines() if "worker process died" in line]
+    assert len(died) == 1, done.stdout
+    assert died[0].endswith("the check's worker process died (exit code 3) running this test"), died
+    verdict = done.stdout.strip().splitlines()[-1]
+    assert verdict.endswith(f"(1 failed, {passed - 1} passed, 0 skipped)"), verdict
+
+
+def test_ctrl_c_stops_every_process_and_gives_no_verdict(user_dir: Path):
+    """Ctrl-C, as a terminal sends it to the check's process and its workers, once the tests run: no
+    verdict (what ran says nothing of the rest), exit code 2, no process left."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "check", "toy:attention", "-j", "2"],
+        cwd=user_dir,
+        env=users_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert process.stdout is not None
+    seen = ""
+    while not seen.endswith(".") and process.poll() is None:  # the first passed test's dot
+        seen += process.stdout.read(1)
+    os.killpg(process.pid, signal.SIGINT)
+    output = seen + process.communicate(timeout=60)[0]
+    assert process.returncode == 2, output[-3000:]
+    verdict = output.strip().splitlines()[-1]
+    so_far = r"\(\d+ failed, \d+ passed, \d+ skipped before it stopped\)"
+    assert re.fullmatch(r"NOT CHECKED: the run was interrupted " + so_far, verdict), verdict
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True)
+    assert left.stdout == "", f"processes of the check left running: {left.stdout}"
 
 
 def test_conventions_prints_conventions_md(user_dir: Path):
