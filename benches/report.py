@@ -84,7 +84,8 @@ def campaign_lines(
 
 
 def targets(times: dict[str, dict[str, float]]) -> list[str]:
-    """The fast paths' targets (issue 5), as ratios measured in this run."""
+    """The fast paths' targets, as ratios measured in this run (causal: the "fast loops" target of 1.2,
+    which eager PyTorch has not reached here: the two matmuls alone take about SDPA's whole time)."""
     lines = []
 
     def ratio(case: str, a: str, b: str) -> float | None:
@@ -95,7 +96,7 @@ def targets(times: dict[str, dict[str, float]]) -> list[str]:
         if value is not None:
             lines.append(f"  {label:<54} {value:7.2f}   (target {goal})")
 
-    line("causal impl/torch at T=4096", ratio("causal-4096", "impl", "torch"), "<= 1.5")
+    line("causal impl/torch at T=4096", ratio("causal-4096", "impl", "torch"), "<= 1.2")
     line(
         "window 128: torch with a band mask / impl at T=16384",
         ratio("window128-16384", "torch", "impl"),
