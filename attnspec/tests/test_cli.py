@@ -188,7 +188,7 @@ def test_the_jobs_report_what_one_process_reports(user_dir: Path):
     runs = {}
     for jobs in ("1", "3"):
         junit = user_dir / f"jobs{jobs}.xml"
-        selected = "masked or sum_to_one or raising_a_sink or oracle"
+        selected = "masked or sum_to_one or raising_a_sink or test_matches_the_oracle or batch_elements"
         done = attnspec_command(
             user_dir, "check", "leak:attention", "-k", selected, "-j", jobs, f"--junitxml={junit}"
         )
