@@ -6,7 +6,7 @@ function, with its parametrizations) until none is left, so a slow property (gra
 hold up the rest.  A worker sends each of its reports back over a pipe; the check's process logs
 them as its own between its units (progress dots, the run report, --junitxml), so the output and
 the verdict are those of one process.  A worker that dies (a crash in the target) fails the test it
-was running.
+was running, and the rest of that test function runs in the check's process.
 
 It runs in one process where forking is unsafe or useless: no os.fork (Windows), one job, -x (a
 failure must stop every process), CUDA already initialized (a forked child cannot use it), or
@@ -25,7 +25,6 @@ from collections.abc import Iterator
 
 import pytest
 
-NAME = "attnspec-parallel"
 RECORD = struct.Struct("<I")  # a unit's index in the work pipe: reads of one record are atomic
 
 
