@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -45,6 +46,23 @@ class _Check:
     @pytest.hookimpl
     def pytest_configure(self, config: pytest.Config) -> None:
         self.config = config
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The first Ctrl-C stops the run once the test it is in ends (session.shouldstop, which pytest
+        and --jobs check between tests), the second at once.  A KeyboardInterrupt raised in the middle
+        of a test can be lost (inside a garbage collector's callback, which Hypothesis keeps, Python
+        prints it as ignored and goes on, and the test may fail for it), and pytest's report of it can
+        crash on a frame without a line number."""
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return  # ignored (a background job), or someone else's handler
+
+        def interrupted(signum: int, frame: object) -> None:
+            if session.shouldstop:
+                raise KeyboardInterrupt
+            session.shouldstop = "interrupted (Ctrl-C)"  # no message: the test's output is captured now
+
+        signal.signal(signal.SIGINT, interrupted)
 
 
 def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:

@@ -99,6 +99,8 @@ class Parallel:
                 self.run(session, self.work[index])
                 self.drain(session, block=False)
             self.drain(session, block=True)
+            if session.shouldstop:  # a Ctrl-C while the last reports came in
+                raise session.Interrupted(str(session.shouldstop))
         finally:
             os.close(take)
             self.stop()
@@ -127,7 +129,7 @@ class Parallel:
             for other in self.workers.values():
                 os.close(other)
             self.workers.clear()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)  # the check's process handles Ctrl-C
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's process's: it ends us
             config = session.config
             config.pluginmanager.unregister(name="terminalreporter")
             sender = Sender(config, write)
@@ -142,7 +144,7 @@ class Parallel:
     def drain(self, session: pytest.Session, block: bool) -> None:
         """Log the workers' reports that have arrived (all of them, until every worker ends, with
         ``block``)."""
-        while self.workers:
+        while self.workers and not session.shouldstop:
             ready, _, _ = select.select(list(self.workers.values()), [], [], None if block else 0)
             if not ready:
                 return
