@@ -187,10 +187,12 @@ def explicit_attention(
     windowed = window is not None and window < tk  # a window of Tk keys or more cuts none off
     seen_by_all = 0 if windowed or padding_mask is not None else tk - tq + 1 if causal else tk
     if seen_by_all < tk:
-        allowed = attention_mask(tq, tk, causal=causal, window=window, device=q.device)
+        # Only the keys from seen_by_all on get a mask; aligned bottom-right, they and the queries are
+        # a (Tq, Tk - seen_by_all) mask of their own (a causal tile: its diagonal block, not its rows).
+        allowed = attention_mask(tq, tk - seen_by_all, causal=causal, window=window, device=q.device)
         if padding_mask is not None:
             allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, Tq, Tk): no pad's key is seen
-        scores[..., seen_by_all:].add_(additive_mask(allowed[..., seen_by_all:]))
+        scores[..., seen_by_all:].add_(additive_mask(allowed))
 
     if sinks is not None:
         sink_column = sinks.to(compute)[:, None, None].expand(batch, n_heads, tq, 1)
