@@ -1,6 +1,7 @@
 """The bench cases: impl/ against torch on the same inputs (B=1, 8 query heads of 64, fp32).
 
-Each case builds its inputs once and returns two zero-argument functions, "impl" and "torch";
+Each case builds its inputs once and returns two zero-argument functions, "impl" and "torch" (a
+causal case a third, "kernels": the kernels of impl's tiles alone, benches/reference.py);
 the benches time them, ``benches.memory`` measures their peak memory, ``benches.report``
 turns both into ratios.
 """
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnspec.benches.reference import torch_attention, torch_attention_block
+from attnspec.benches.reference import tile_kernels, torch_attention, torch_attention_block
 from attnspec.impl import AttentionBlock, ModelConfig, scaled_dot_product_attention
+from attnspec.impl.attention import QUERY_TILE
 
 HEADS, HEAD_DIM = 8, 64
 
@@ -26,6 +28,10 @@ class Case:
     window: int | None = None
     kv_heads: int = HEADS
     rounds: int = 5  # timed rounds per side (the slowest torch cases take seconds a call)
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return ("impl", "torch", "kernels") if self.kind == "causal" else ("impl", "torch")
 
     def functions(self) -> dict[str, Callable[[], torch.Tensor]]:
         gen = torch.Generator().manual_seed(0)
@@ -42,17 +48,20 @@ class Case:
         q = torch.randn(1, HEADS, self.seq, HEAD_DIM, generator=gen)
         k = torch.randn(1, self.kv_heads, self.seq, HEAD_DIM, generator=gen)
         v = torch.randn(1, self.kv_heads, self.seq, HEAD_DIM, generator=gen)
-        return {
+        functions = {
             "impl": lambda: scaled_dot_product_attention(q, k, v, window=self.window),
             "torch": lambda: torch_attention(q, k, v, window=self.window),
         }
+        if "kernels" in self.sides:
+            functions["kernels"] = lambda: tile_kernels(q, k, v, QUERY_TILE)
+        return functions
 
 
 CASES = {
     case.name: case
     for case in (
         Case("causal-1024", "causal", 1024, rounds=10),
-        Case("causal-4096", "causal", 4096),
+        Case("causal-4096", "causal", 4096, rounds=11),  # the target's case: a steadier median
         Case("gqa8/2-4096", "causal", 4096, kv_heads=2),
         Case("window128-4096", "window", 4096, window=128),
         Case("window128-8192", "window", 8192, window=128, rounds=3),

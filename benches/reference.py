@@ -5,6 +5,8 @@
   same), a boolean band mask for a window, ``enable_gqa``, and sinks as one extra zero key.
 - ``torch_attention_block``: the AttentionBlock's computation with torch primitives
   (``F.rms_norm``, ``F.linear``, RoPE, ``torch_attention``) and an impl block's parameters.
+- ``tile_kernels``: the kernels of impl's causal tiles alone, what its tiled formulation costs in
+  eager PyTorch before any work of its own: how close to SDPA that formulation can get.
 """
 
 from __future__ import annotations
@@ -39,3 +41,20 @@ def torch_attention_block(block, x: torch.Tensor) -> torch.Tensor:
         rope(q, cfg.rope_base), rope(k, cfg.rope_base), v, window=block.window, sinks=block.sinks
     )
     return x + F.linear(attn.transpose(1, 2).reshape(batch, t, q_width), block.out.weight)
+
+
+def tile_kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) -> torch.Tensor:
+    """Per tile of ``tile`` queries (largest tiles first, as impl's; a KV head's query heads stacked,
+    as impl's GQA), the scaled scores over its causal prefix of keys, a softmax in place, the product
+    with V into the output: the kernels impl's causal path cannot do without, and nothing else (no
+    mask on the diagonal block, no checks: the result is not attention, only its cost)."""
+    batch, heads, t, d = q.shape
+    kv_heads, scale = k.shape[1], d**-0.5
+    out = q.new_empty(batch, heads, t, v.shape[3])
+    for start in reversed(range(0, t, tile)):
+        stop = min(start + tile, t)
+        grouped = (q[:, :, start:stop] * scale).reshape(batch, kv_heads, -1, d)
+        scores = torch.matmul(grouped, k[:, :, :stop].mT)
+        rows = torch.matmul(torch.softmax(scores, dim=-1, out=scores), v[:, :, :stop])
+        out[:, :, start:stop] = rows.view(batch, heads, stop - start, -1)
+    return out
