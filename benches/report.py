@@ -73,6 +73,11 @@ def campaign_lines(
             f"{info['mutants_reused']} reused, "
             f"{info['tests_rerun']} tests in the clean run, matrix {info['matrix_worker_s']} worker-s"
         )
+        if info.get("bound_per_s"):
+            lines.append(
+                f"  tests that had to pass: {info['must_pass_worker_s']} worker-s, so at most "
+                f"{info['bound_per_s']} mutants/s on this machine's cores"
+            )
         for name in CAMPAIGN_RATIOS:
             value, base = info[name], baseline.get(kind, {}).get(name)
             lines.append(f"  {name}: {value:.2f}   baseline {base if base is not None else '-'}")
