@@ -90,8 +90,8 @@ def campaign_lines(
 
 def targets(times: dict[str, dict[str, float]]) -> list[str]:
     """The fast paths' targets, as ratios measured in this run (causal: the "fast loops" target of 1.2,
-    next to what the kernels of impl's tiles alone take, two matmuls and a softmax a tile: 1.18-1.21x
-    SDPA measured on 2 cores, where the target lies)."""
+    next to what the kernels of impl's tiles alone take, two matmuls and a softmax a tile: 1.21-1.31x
+    SDPA in three bench runs on 2 cores, so the target lies at that formulation's floor)."""
     lines = []
 
     def ratio(case: str, a: str, b: str) -> float | None:
