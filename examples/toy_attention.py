@@ -3,8 +3,8 @@
 It is the softmax attention of attnspec's conventions (CONVENTIONS.md), written for clarity, not
 speed, and it supports every attention-level capability: attention weights, sliding windows, sinks,
 a value head size of its own, grouped-query attention, decode (fewer queries than keys, aligned
-bottom-right), queries that see no key, non-causal attention, an explicit scale, float64,
-fp16/bf16 scored in float32, and gradients.  It needs only torch.  Check it with
+bottom-right), queries that see no key, non-causal attention, packed sequences (document ids), an
+explicit scale, float64, fp16/bf16 scored in float32, and gradients.  It needs only torch.  Check it with
 
     python -m pytest properties --impl examples.toy_attention:attention
 
@@ -23,17 +23,22 @@ import os
 import torch
 
 SUPPORTED = frozenset(
-    "weights window sinks value_dim gqa decode blind non_causal scale float64 float16 grad".split()
+    "weights window sinks value_dim gqa decode blind non_causal documents scale float64 float16 grad".split()
 )
 CAPABILITIES_ENV = "ATTNSPEC_TOY_CAPABILITIES"
 
 
-def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
+def attention(
+    q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False, document_ids=None
+):
     """softmax(q k^T * scale + mask, sink) v.
 
     q (B, Hq, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv) -> out (B, Hq, Tq, dv), and with
-    ``return_weights`` (out, weights (B, Hq, Tq, Tk)), the weights without the sink column."""
-    undeclared = _used(q, k, v, causal, window, sinks, scale, return_weights) - attention.capabilities
+    ``return_weights`` (out, weights (B, Hq, Tq, Tk)), the weights without the sink column.
+    ``document_ids`` (B, Tk): packed sequences, the document of every key; a query sees only keys of
+    the document at its own position."""
+    used = _used(q, k, v, causal, window, sinks, scale, return_weights, document_ids)
+    undeclared = used - attention.capabilities
     if undeclared:
         raise TypeError(f"the toy kernel does not declare {sorted(undeclared)} ({CAPABILITIES_ENV})")
     batch, n_heads, tq, head_dim = q.shape
@@ -52,14 +57,20 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, retu
         scale = 1.0 / math.sqrt(head_dim)
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, Hq, Tq, Tk)
 
+    # Bottom-right alignment: query i sits at position Tk - Tq + i and sees keys p - W < j <= p.
+    position = torch.arange(tk - tq, tk, device=q.device).unsqueeze(1)
+    key = torch.arange(tk, device=q.device).unsqueeze(0)
+    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device)
     if causal:
-        # Bottom-right alignment: query i sits at position Tk - Tq + i and sees keys p - W < j <= p.
-        position = torch.arange(tk - tq, tk, device=q.device).unsqueeze(1)
-        key = torch.arange(tk, device=q.device).unsqueeze(0)
         allowed = key <= position
         if window is not None:
             allowed = allowed & (key > position - window)
-        scores = scores.masked_fill(~allowed, -math.inf)
+    if document_ids is not None:
+        # The document at each query's position (none before the first key), against each key's.
+        own = document_ids[:, position.squeeze(1).clamp(min=0)]  # (B, Tq)
+        same = (own[:, :, None] == document_ids[:, None, :]) & (position >= 0)
+        allowed = allowed & same[:, None]  # (B, 1, Tq, Tk)
+    scores = scores.masked_fill(~allowed, -math.inf)
 
     # A sink is one more softmax column per query head, independent of q and not scaled.
     logits = scores
@@ -82,7 +93,7 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, retu
     return out
 
 
-def _used(q, k, v, causal, window, sinks, scale, return_weights) -> set[str]:
+def _used(q, k, v, causal, window, sinks, scale, return_weights, document_ids) -> set[str]:
     """The capabilities a call uses."""
     dtypes = {t.dtype for t in (q, k, v, sinks) if t is not None}
     used = {
@@ -94,6 +105,7 @@ def _used(q, k, v, causal, window, sinks, scale, return_weights) -> set[str]:
         "decode": q.shape[2] < k.shape[2],
         "blind": q.shape[2] > k.shape[2],
         "non_causal": not causal,
+        "documents": document_ids is not None,
         "scale": scale is not None,
         "float64": torch.float64 in dtypes,
         "float16": bool(dtypes & {torch.float16, torch.bfloat16}),

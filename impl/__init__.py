@@ -9,6 +9,7 @@ from .masks import additive_mask, attention_mask, check_window, layer_window
 from .model import LanguageModel
 from .positions import (
     LearnedPositionalEmbedding,
+    alibi_slopes,
     apply_rope,
     rope_cos_sin,
     sinusoidal_positional_encoding,
@@ -26,6 +27,7 @@ __all__ = [
     "TransformerBlock",
     "TransformerStack",
     "additive_mask",
+    "alibi_slopes",
     "apply_rope",
     "attention_mask",
     "check_attention_inputs",

@@ -8,6 +8,14 @@ appended as an extra softmax column (not scaled, independent of q) and dropped a
 the softmax, so it only takes probability mass away from the real keys.  A padding mask
 (B, Tk), True for a real token's key, masks the pads' keys too; a query that then sees no key
 (a pad before every real token) outputs 0, as a blind query does.
+
+Three variants of the logits and the mask, each off unless asked for:
+
+- ``softcap``: each scaled logit s becomes softcap * tanh(s / softcap) (Gemma 2), before the mask;
+- ``alibi_slopes`` (Hq,): ALiBi's bias slope_h * (j - p) is added to the (capped) logit of key j for
+  the query at position p, a penalty linear in the distance (BLOOM, MPT);
+- ``document_ids`` (B, Tk): packed sequences, the document of each key; the query at position p
+  sees only keys of document_ids[p], on top of its mask (a query before the first key sees none).
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ def check_attention_inputs(
     v: torch.Tensor,
     sinks: torch.Tensor | None,
     padding_mask: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> None:
     """Raise a ValueError/TypeError naming the argument for every malformed input."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -67,6 +78,41 @@ def check_attention_inputs(
             )
         if padding_mask.device != q.device:
             raise ValueError(f"padding_mask on {padding_mask.device} but q on {q.device}")
+    check_variants(q, k, document_ids, softcap, alibi_slopes)
+
+
+def check_variants(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    document_ids: torch.Tensor | None,
+    softcap: float | None,
+    alibi_slopes: torch.Tensor | None,
+) -> None:
+    """Raise a ValueError/TypeError naming the argument for a malformed variant."""
+    if document_ids is not None:
+        if not isinstance(document_ids, torch.Tensor) or document_ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"document_ids must be an int tensor (B, Tk), got {describe(document_ids)}")
+        if document_ids.shape != (k.shape[0], k.shape[2]):
+            raise ValueError(
+                f"document_ids must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), "
+                f"got {tuple(document_ids.shape)}"
+            )
+        if document_ids.device != q.device:
+            raise ValueError(f"document_ids on {document_ids.device} but q on {q.device}")
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, int | float):
+            raise TypeError(f"softcap must be a float or None, got {type(softcap).__name__} {softcap!r}")
+        if not softcap > 0:
+            raise ValueError(f"softcap must be > 0, got softcap={softcap!r}")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
+            raise TypeError(f"alibi_slopes must be a float tensor (Hq,), got {describe(alibi_slopes)}")
+        if alibi_slopes.shape != (q.shape[1],):
+            raise ValueError(
+                f"alibi_slopes must have shape (Hq,) = ({q.shape[1]},), got {tuple(alibi_slopes.shape)}"
+            )
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes on {alibi_slopes.device} but q on {q.device}")
 
 
 def describe(t: object) -> str:
@@ -74,6 +120,23 @@ def describe(t: object) -> str:
     if isinstance(t, torch.Tensor):
         return f"shape {tuple(t.shape)} {t.dtype} on {t.device}"
     return type(t).__name__
+
+
+def alibi_bias(slopes: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
+    """(Hq, Tq, Tk) ALiBi bias slope_h * (j - p) for key j and the query at position p = Tk - Tq + i,
+    in the dtype of ``slopes`` and on its device."""
+    query_pos = torch.arange(tk - tq, tk, device=slopes.device)[:, None]
+    key_pos = torch.arange(tk, device=slopes.device)[None, :]
+    return slopes[:, None, None] * (key_pos - query_pos).to(slopes.dtype)
+
+
+def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
+    """(B, Tq, Tk) bool: query i (at position Tk - Tq + i) and key j lie in one document; a query
+    at a position before the first key lies in none."""
+    tk = document_ids.shape[1]
+    positions = torch.arange(tk - tq, tk, device=document_ids.device)
+    queries = document_ids[:, positions.clamp(min=0)]  # (B, Tq): the document at each query's position
+    return (queries[:, :, None] == document_ids[:, None, :]) & (positions >= 0)[None, :, None]
 
 
 # Queries per tile of the tiled path.  Causal attention over more queries than one tile runs
@@ -92,20 +155,45 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     return_weights: bool = False,
     padding_mask: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, Hq, Tq, dv); with ``return_weights`` also the (B, Hq, Tq, Tk) weights.
 
-    ``padding_mask`` (B, Tk) bool: True for the key of a real token, False for a pad's (never seen).
+    ``padding_mask`` (B, Tk) bool: True for the key of a real token, False for a pad's (never seen);
+    ``document_ids``, ``softcap`` and ``alibi_slopes``: the variants of the module docstring.
     The path follows the size: causal attention over more than QUERY_TILE queries (and no more
     queries than keys) is tiled, everything else takes the explicit formula.  Both compute the
     same values."""
-    check_attention_inputs(q, k, v, sinks, padding_mask)
+    check_attention_inputs(q, k, v, sinks, padding_mask, document_ids, softcap, alibi_slopes)
     check_mask_options(causal, window)
     tq, tk = q.shape[2], k.shape[2]
     if causal and not return_weights and QUERY_TILE < tq <= tk:
-        return tiled_attention(q, k, v, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask)
+        return tiled_attention(
+            q,
+            k,
+            v,
+            window=window,
+            sinks=sinks,
+            scale=scale,
+            padding_mask=padding_mask,
+            document_ids=document_ids,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+        )
     out, weights = explicit_attention(
-        q, k, v, causal=causal, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask
+        q,
+        k,
+        v,
+        causal=causal,
+        window=window,
+        sinks=sinks,
+        scale=scale,
+        padding_mask=padding_mask,
+        document_ids=document_ids,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
     )
     if return_weights:
         return out, weights.to(q.dtype)
@@ -121,13 +209,17 @@ def tiled_attention(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     padding_mask: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention, QUERY_TILE queries at a time, each tile given only the keys it may see:
     its causal prefix, or with a window the band of (tile + W - 1) keys that ends at its last
     query, so a window costs O(T*W) time and memory instead of O(T^2).
 
     Query i sits at absolute position Tk - Tq + i (bottom-right).  A tile's queries are then the
-    bottom-right queries of its key slice too, so each tile is the explicit formula on a slice."""
+    bottom-right queries of its key slice too, so each tile is the explicit formula on a slice: the
+    slice's documents are its keys', and ALiBi's bias depends on distances only, which the slice keeps."""
     tq, tk = q.shape[2], k.shape[2]
     first = tk - tq  # the absolute position of query 0
     out = q.new_empty(q.shape[0], q.shape[1], tq, v.shape[3])
@@ -139,8 +231,18 @@ def tiled_attention(
         hi = first + stop  # one past the tile's last query: later keys are the future
         k_band, v_band = k[:, :, lo:hi], v[:, :, lo:hi]
         pads = None if padding_mask is None else padding_mask[:, lo:hi]
+        documents = None if document_ids is None else document_ids[:, lo:hi]
         tile, _ = explicit_attention(
-            q[:, :, start:stop], k_band, v_band, window=window, sinks=sinks, scale=scale, padding_mask=pads
+            q[:, :, start:stop],
+            k_band,
+            v_band,
+            window=window,
+            sinks=sinks,
+            scale=scale,
+            padding_mask=pads,
+            document_ids=documents,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
         )
         out[:, :, start:stop] = tile
     return out
@@ -156,6 +258,9 @@ def explicit_attention(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     padding_mask: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    softcap: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T * scale + M) V on checked inputs, written out: the output (B, Hq, Tq, dv) in
     q's dtype and the weights (B, Hq, Tq, Tk) in the dtype they were computed in."""
@@ -167,7 +272,16 @@ def explicit_attention(
         # and their output and weights are 0 (not the NaN of a softmax over nothing).  The rest
         # each see at least the key at their own position.
         out, weights = explicit_attention(
-            q[:, :, blind:], k, v, window=window, sinks=sinks, scale=scale, padding_mask=padding_mask
+            q[:, :, blind:],
+            k,
+            v,
+            window=window,
+            sinks=sinks,
+            scale=scale,
+            padding_mask=padding_mask,
+            document_ids=document_ids,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
         )
         return F.pad(out, (0, 0, blind, 0)), F.pad(weights, (0, 0, blind, 0))
     if scale is None:
@@ -182,16 +296,23 @@ def explicit_attention(
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     scores = torch.matmul(grouped_q.to(compute) * scale, k.to(compute).mT)  # (B, Hkv, r*Tq, Tk)
     scores = scores.view(batch, n_heads, tq, tk)
+    if softcap is not None:  # on the scaled logit, before the mask
+        scores = torch.tanh(scores / softcap) * softcap
+    if alibi_slopes is not None:
+        scores = scores + alibi_bias(alibi_slopes.to(compute), tq, tk)
     # + M, in place (0 keeps a score, -inf masks it), from the first key that some query may not
     # see: before it M is 0.  Causal alone, query 0 sits at Tk - Tq and sees every key up to it.
     windowed = window is not None and window < tk  # a window of Tk keys or more cuts none off
-    seen_by_all = 0 if windowed or padding_mask is not None else tk - tq + 1 if causal else tk
+    labelled = padding_mask is not None or document_ids is not None  # a mask of each batch element's own
+    seen_by_all = 0 if windowed or labelled else tk - tq + 1 if causal else tk
     if seen_by_all < tk:
         # Only the keys from seen_by_all on get a mask; aligned bottom-right, they and the queries are
         # a (Tq, Tk - seen_by_all) mask of their own (a causal tile: its diagonal block, not its rows).
         allowed = attention_mask(tq, tk - seen_by_all, causal=causal, window=window, device=q.device)
         if padding_mask is not None:
             allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, Tq, Tk): no pad's key is seen
+        if document_ids is not None:
+            allowed = allowed & same_document(document_ids, tq)[:, None]  # (B, 1, Tq, Tk)
         scores[..., seen_by_all:].add_(additive_mask(allowed))
 
     if sinks is not None:
@@ -202,9 +323,10 @@ def explicit_attention(
     weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
-    if padding_mask is not None:
-        # A pad before every real token sees no key: its softmax is NaN.  Every masked weight is 0,
-        # which sets that row to 0 and leaves the others as they are (exp(-inf) is 0 already).
+    if labelled:
+        # A pad before every real token, or a query before the first key's document, sees no key: its
+        # softmax is NaN.  Every masked weight is 0, which sets that row to 0 and leaves the others as
+        # they are (exp(-inf) is 0 already).
         weights = weights.masked_fill(~allowed, 0.0)
 
     grouped_weights = weights.reshape(batch, n_kv_heads, group * tq, tk)

@@ -18,7 +18,7 @@ from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .layers import ACTIVATIONS, FeedForward, RMSNorm
 from .masks import WINDOW_LAYERS, check_window, layer_window
-from .positions import apply_rope
+from .positions import alibi_slopes, apply_rope
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class ModelConfig:
     activation: str = "swiglu"
     vocab_size: int = 256  # the LanguageModel's (impl/model.py)
     dropout: float = 0.0  # the LanguageModel's, on its embeddings in training
+    softcap: float | None = None  # attention logits soft-capped at softcap * tanh(s / softcap) (Gemma 2)
+    alibi: bool = False  # ALiBi's bias on the attention logits (with RoPE, whose scores it does not touch)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -69,6 +71,10 @@ class ModelConfig:
             raise ValueError(f"rope_base must be > 0, got {self.rope_base!r}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.softcap is not None and (isinstance(self.softcap, bool) or not self.softcap > 0):
+            raise ValueError(f"softcap must be None or > 0, got {self.softcap!r}")
+        if not isinstance(self.alibi, bool):
+            raise ValueError(f"alibi must be True or False, got {self.alibi!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
 
@@ -98,6 +104,7 @@ class AttentionBlock(nn.Module):
         cache: KVCache | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); ``offset`` is the absolute position of x[:, 0].
 
@@ -107,17 +114,21 @@ class AttentionBlock(nn.Module):
 
         A padded batch gives ``padding_mask`` (B, offset + T) bool, True for a real token, over the
         whole sequence so far.  RoPE keeps the batch's positions offset, offset + 1, ...: its scores
-        depend only on the distance between two tokens, which padding does not change."""
+        depend only on the distance between two tokens, which padding does not change.  Packed
+        sequences give ``document_ids`` (B, offset + T), the document of every token so far: a token
+        attends only to its own document, whose tokens keep the row's positions (RoPE and ALiBi
+        depend on distances only)."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         if cache is not None and cache.window != self.window:
             raise ValueError(f"a cache for window={cache.window} given to a layer with window={self.window}")
         batch, seq = x.shape[0], x.shape[1]
-        if padding_mask is not None and padding_mask.shape != (batch, offset + seq):
-            raise ValueError(
-                f"padding_mask must cover the sequence so far, (B, offset + T) = ({batch}, {offset + seq}), "
-                f"got {tuple(padding_mask.shape)}"
-            )
+        for name, labels in (("padding_mask", padding_mask), ("document_ids", document_ids)):
+            if labels is not None and labels.shape != (batch, offset + seq):
+                raise ValueError(
+                    f"{name} must cover the sequence so far, (B, offset + T) = ({batch}, {offset + seq}), "
+                    f"got {tuple(labels.shape)}"
+                )
         cfg = self.config
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
@@ -127,14 +138,26 @@ class AttentionBlock(nn.Module):
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
         if cache is not None:
             # (B, Hkv, held + T, d), the new positions last; one decoded token's in any order where no
-            # padding mask has to line up with them (its attention sums over all of them alike)
-            k, v = cache.update(k, v, offset, any_order=padding_mask is None)
+            # padding mask, document or ALiBi distance has to line up with them (its attention sums
+            # over all of them alike)
+            in_order = padding_mask is not None or document_ids is not None or cfg.alibi
+            k, v = cache.update(k, v, offset, any_order=not in_order)
         # the keys are the last k.shape[2] positions of the sequence so far
         keys_padding = None if padding_mask is None else padding_mask[:, -k.shape[2] :]
+        keys_documents = None if document_ids is None else document_ids[:, -k.shape[2] :]
+        slopes = alibi_slopes(cfg.n_heads, device=x.device) if cfg.alibi else None
         attn = cast(
             torch.Tensor,
             scaled_dot_product_attention(
-                q, k, v, window=self.window, sinks=self.sinks, padding_mask=keys_padding
+                q,
+                k,
+                v,
+                window=self.window,
+                sinks=self.sinks,
+                padding_mask=keys_padding,
+                document_ids=keys_documents,
+                softcap=cfg.softcap,
+                alibi_slopes=slopes,
             ),
         )
         return x + self.out(merge_heads(attn))
@@ -167,8 +190,9 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return self.mlp(self.attn(x, offset, cache, padding_mask=padding_mask))
+        return self.mlp(self.attn(x, offset, cache, padding_mask=padding_mask, document_ids=document_ids))
 
 
 class TransformerStack(nn.Module):
@@ -196,12 +220,13 @@ class TransformerStack(nn.Module):
         cache: list[KVCache] | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with ``cache`` (from new_cache), x continues a sequence at ``offset``;
-        a padded batch gives ``padding_mask`` (AttentionBlock.forward)."""
+        a padded batch gives ``padding_mask``, packed sequences ``document_ids`` (AttentionBlock.forward)."""
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"the stack has {len(self.blocks)} layers but the cache has {len(cache)}")
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache[i]
-            x = block(x, offset, layer_cache, padding_mask=padding_mask)
+            x = block(x, offset, layer_cache, padding_mask=padding_mask, document_ids=document_ids)
         return x

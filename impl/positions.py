@@ -16,6 +16,19 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[t
     return torch.cos(angles), torch.sin(angles)
 
 
+def alibi_slopes(n_heads: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """ALiBi's slope of each of ``n_heads`` heads, (H,) float64: the geometric sequence 2^(-8h/H'),
+    h = 1 .. H', for the largest power of two H' <= H, then every other slope of the sequence for 2H'
+    (its 1st, 3rd, 5th, ...) for the heads beyond H'."""
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads must be a positive int, got n_heads={n_heads!r}")
+    power = 1 << (n_heads.bit_length() - 1)  # the largest power of two <= n_heads
+    steps = torch.arange(1, power + 1, dtype=torch.float64, device=device)
+    slopes = torch.pow(2.0, -8.0 * steps / power)
+    extra = torch.arange(1, 2 * (n_heads - power) + 1, 2, dtype=torch.float64, device=device)
+    return torch.cat([slopes, torch.pow(2.0, -8.0 * extra / (2 * power))])
+
+
 def apply_rope(
     x: torch.Tensor,
     positions: torch.Tensor | None = None,

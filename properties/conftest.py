@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Phase, settings
 from attnspec.properties import targets
 from attnspec.properties.conventions import TERSE
 from attnspec.properties.diagnosis import target_diagnosis
+from attnspec.properties.laws import law_problem
 from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
 from attnspec.properties.run_report import RunReport, lacks
@@ -71,6 +72,7 @@ def kit_option(config: pytest.Config, name: str) -> str:
 MARKERS = (
     "req(*ids): the requirement ids (specs/requirements.toml) that a test checks",
     "needs(*capabilities): what the implementation under test must support (properties/targets.py)",
+    "law(*names): laws that hold only under some declarations (properties/laws.py)",
 )
 HERE = Path(__file__).parent
 META_TESTS = HERE / "meta_tests"  # the suite's tests of its own helpers: run for impl only
@@ -130,8 +132,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         kept.append(item)
         missing = sorted(needed - target.capabilities)
+        laws = [law_problem(target, law) for mark in item.iter_markers("law") for law in mark.args]
+        broken = [problem for problem in laws if problem is not None]
         if missing:
             item.add_marker(pytest.mark.skip(reason=lacks(target, *missing)))
+        elif broken:
+            item.add_marker(pytest.mark.skip(reason=broken[0]))
     if impl_only:
         config.hook.pytest_deselected(items=impl_only)
         items[:] = kept

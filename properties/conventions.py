@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from attnspec.properties.declared import target_heads
+from attnspec.properties.references import declared_attention_by_rows, declared_keywords
+from attnspec.properties.targets import current
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle_by_rows, rope_oracle
 
 # Set by the mutation campaign's runner while a mutant runs a property (one that checks a requirement):
@@ -115,16 +118,53 @@ NO_ROPE = (
 TOP_LEFT = "top-left alignment (query i at position i, like torch's is_causal)"
 
 
+SCORE_MOD_IGNORED = (
+    "score_mod ignored: the target's logits are the plain q.k * scale, not the declared score_mod's "
+    "(a bug, not a convention)"
+)
+MASK_MOD_IGNORED = (
+    "mask_mod ignored: the target attends with the plain causal mask, not the declared mask_mod's "
+    "(a causal mask left on, where the mask_mod is bidirectional: a bug, not a convention)"
+)
+CAUSAL_LEFT_ON = (
+    "causal mask left on: the target attends causally though called with causal=False "
+    "(a bug, not a convention)"
+)
+DOCUMENTS_IGNORED = (
+    "documents ignored: the target's queries see keys of other documents, as without document_ids "
+    "(a bug, not a convention)"
+)
+INTERLEAVED_GQA = (
+    "interleaved GQA (query head h reads KV head h // r), though the target declares gqa-tile (h % Hkv)"
+)
+
+
 def convention_mismatch(
-    out: torch.Tensor, golden: torch.Tensor, q, k, v, *, causal=True, window=None, sinks=None, scale=None
+    out: torch.Tensor,
+    golden: torch.Tensor,
+    q,
+    k,
+    v,
+    *,
+    causal=True,
+    window=None,
+    sinks=None,
+    scale=None,
+    document_ids=None,
 ) -> str | None:
     """The explanation of an attention output ``out`` that misses ``golden`` (explanation): a window
-    of W+1 or W-1 keys or none, tile-style GQA, or top-left alignment."""
+    of W+1 or W-1 keys or none, tile-style GQA, or top-left alignment; under a declaration, also its
+    score_mod, mask_mod, documents or gqa-tile ignored, or a causal mask left on a non-causal call."""
+    target = current()
     tq, tk, r = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
-    same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
+    same = {"causal": causal, "window": window, "sinks": sinks, "scale": scale, "document_ids": document_ids}
 
     def oracle(q=q, k=k, v=v, **change):
-        return attention_oracle_by_rows(q, k, v, **{**same, **change})
+        return declared_attention_by_rows(q, k, v, **{**same, **change})
+
+    def undeclared(**change):  # the oracle with part of the declaration dropped
+        keywords = {**declared_keywords(q, k, **same), **change}
+        return attention_oracle_by_rows(q, k, v, **keywords)
 
     def top_left():  # query i at position i: the bottom-right oracle of row i over keys 0..i
         if tq < tk:  # that is the bottom-right oracle over the first Tq keys
@@ -133,13 +173,28 @@ def convention_mismatch(
             [oracle(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1]) for i in range(tq)], dim=2
         )
 
-    candidates = window_candidates(window, oracle) if causal else []
-    if r > 1:
+    masked = causal and target.mask_mod is None
+    candidates = window_candidates(window, oracle) if masked else []
+    if r > 1 and "gqa-tile" not in target.conventions:
         candidates.append(
             Candidate(TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1)))
         )
-    if causal and tq != tk:
+    if r > 1 and "gqa-tile" in target.conventions:  # seen through the tile translation (declared.py)
+        heads = [h // r for h in target_heads(q.shape[1], k.shape[1])]
+        candidates.append(Candidate(INTERLEAVED_GQA, lambda: oracle(k=k[:, heads], v=v[:, heads])))
+    if masked and tq != tk and document_ids is None:
         candidates.append(Candidate(TOP_LEFT, top_left))
+    if target.score_mod is not None:
+        ignored = Candidate("no score_mod", lambda: undeclared(score_mod=None), bug=SCORE_MOD_IGNORED)
+        candidates.append(ignored)
+    if target.mask_mod is not None:
+        plain = {"mask_mod": None, "causal": True, "window": None}
+        candidates.append(Candidate("a causal mask", lambda: undeclared(**plain), bug=MASK_MOD_IGNORED))
+    elif not causal:
+        candidates.append(Candidate("a causal mask", lambda: undeclared(causal=True), bug=CAUSAL_LEFT_ON))
+    if document_ids is not None:
+        ignored = Candidate("no documents", lambda: undeclared(document_ids=None), bug=DOCUMENTS_IGNORED)
+        candidates.append(ignored)
     return explanation(out, golden, candidates)
 
 

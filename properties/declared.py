@@ -1,8 +1,9 @@
-"""Declared conventions: a target that follows a documented neighbour of attnspec's conventions on
-purpose says so in ``conventions``, and is checked under it by every property.
+"""A target's declaration: the neighbouring conventions it follows on purpose, what its attention computes
+beyond the plain causal softmax (FlexAttention's score_mod and mask_mod), and the packed sequences it
+takes (the "documents" capability).  The kit checks it under its declaration with every property.
 
-Each declaration is exact translation at the target's boundary, so that no property, oracle or
-strategy needs to know about it: the kit calls the translated target with attnspec's conventions
+Conventions are exact translations at the target's boundary, so that no property, oracle or strategy
+needs to know about them: the kit calls the translated target with attnspec's conventions
 (CONVENTIONS.md), and the translation calls the user's code with the problem restated in theirs.
 
 - ``rope-interleaved``: RoPE rotates the pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code
@@ -16,6 +17,17 @@ strategy needs to know about it: the kit calls the translated target with attnsp
   kit's bottom-right problem of Tq queries over Tk keys is the target's problem with Tk - Tq queries
   put before them, whose rows are dropped: the target sees only square causal problems, so a path it
   takes only for Tq < Tk is not exercised.  It cannot take queries that see no key ("blind").
+- ``gqa-tile``: query head h reads KV head h % Hkv (``k.repeat``, x-transformers), not h // r.  The
+  kit's query head g·r + j is the target's head j·Hkv + g, which reads the same KV head g: the query
+  heads (and the sinks) are permuted on the way in and the output heads back; a layer reports its
+  query rows, output columns and sinks in the kit's head order; the target's mods are called with its
+  own head numbers (kit_mods).
+
+score_mod and mask_mod change what the attention computes, so they are not translated away: the oracle
+applies them (references.py), the laws that hold for them decide which properties run (laws.py), and
+the strategies draw what the declaration allows (no window, non-causal call or query before the keys
+for a mask_mod, which is the whole mask).  A target with "documents" is handed ``document_ids`` on
+every call: the drawn documents, or one document where a property draws none.
 """
 
 from __future__ import annotations
@@ -25,12 +37,16 @@ from dataclasses import replace
 import torch
 
 from attnspec.properties.targets import Layer, LayerSpec, Target
+from attnspec.specs.mods import ModError, mask_values, score_values
 
 DECLARABLE = {
     "rope-interleaved": "RoPE pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code rotate",
     "window-inclusive": "window W sees p-W <= j <= p, W + 1 keys (FlashAttention's window_size=(W, 0))",
     "top-left": "query i at position i when Tq < Tk (torch's is_causal=True)",
+    "gqa-tile": "query head h reads KV head h % Hkv (k.repeat, x-transformers), not h // r",
 }
+# What a mask_mod decides for itself: the capabilities and conventions of the built-in causal mask.
+BUILT_IN_MASK = ("window", "non_causal", "blind", "window-inclusive", "top-left")
 
 
 def half_split_order(d: int) -> list[int]:
@@ -39,29 +55,106 @@ def half_split_order(d: int) -> list[int]:
     return [f // 2 + (d // 2 if f % 2 else 0) for f in range(d)]
 
 
-def problems(declared: frozenset[str], capabilities: frozenset[str]) -> list[str]:
-    """What is wrong with a declaration: unknown names, or a convention that excludes a capability."""
+def tile_order(n_heads: int, n_kv_heads: int) -> list[int]:
+    """The kit's query head of each of the target's under gqa-tile: the target's head j·Hkv + g reads KV
+    head g, as the kit's head g·r + j does."""
+    group = n_heads // n_kv_heads
+    return [(head % n_kv_heads) * group + head // n_kv_heads for head in range(n_heads)]
+
+
+def target_heads(n_heads: int, n_kv_heads: int) -> list[int]:
+    """The target's query head of each of the kit's under gqa-tile (tile_order inverted)."""
+    group = n_heads // n_kv_heads
+    return [(head % group) * n_kv_heads + head // group for head in range(n_heads)]
+
+
+def problems(target: Target) -> list[str]:
+    """What is wrong with a declaration: unknown conventions, a convention or capability that excludes
+    another, or a mod that cannot be evaluated on an index grid."""
+    declared, capabilities = target.conventions, target.capabilities
     unknown = sorted(declared - set(DECLARABLE))
     found = [f"unknown convention {name!r}; declarable: {sorted(DECLARABLE)}" for name in unknown]
     if "top-left" in declared and "blind" in capabilities:
         found.append("'top-left' and 'blind' exclude each other: top-left queries past Tk see every key")
+    if "gqa-tile" in declared and "gqa" not in capabilities:
+        found.append("'gqa-tile' without the 'gqa' capability: with Hq = Hkv both groupings are the same")
+    if target.mask_mod is not None:
+        clash = sorted((capabilities | declared) & set(BUILT_IN_MASK))
+        if clash:
+            found.append(
+                f"a mask_mod is the whole mask: {', '.join(clash)} cannot be declared beside it "
+                "(the target is called with causal=True, which it may ignore, and no window)"
+            )
+    found += _mod_problems(target)
+    return found
+
+
+def _mod_problems(target: Target) -> list[str]:
+    """A mod that raises on a small index grid, whatever form it is called in (specs/mods.py)."""
+    found = []
+    try:
+        if target.mask_mod is not None:
+            mask_values(target.mask_mod, 1, 2, 3, 4)
+        if target.score_mod is not None:
+            score_values(target.score_mod, torch.zeros(1, 2, 3, 4, dtype=torch.float64))
+    except ModError as error:
+        found.append(str(error))
     return found
 
 
 def translated(target: Target) -> Target:
-    """The target as attnspec's conventions see it: its declared conventions translated away."""
+    """The target as attnspec's conventions see it: its declared conventions translated away, and with
+    "documents" one document filled in where a call gives none."""
     declared = target.conventions
-    if not declared:
-        return target
     attention, rope, layer = target.attention, target.rope, target.layer
-    if "window-inclusive" in declared:
-        attention = _inclusive_window(attention)
-    if "top-left" in declared:
-        attention = _top_left(attention)
+    if attention is not None:
+        if "window-inclusive" in declared:
+            attention = _inclusive_window(attention)
+        if "top-left" in declared:
+            attention = _top_left(attention)
+        if "gqa-tile" in declared:
+            attention = _tiled_heads(attention)
+        if "documents" in target.capabilities:
+            attention = _one_document_unless_given(attention)
     if "rope-interleaved" in declared:
         rope = None if rope is None else _interleaved_rope(rope)
         layer = None if layer is None else _interleaved_layer(layer)
+    if "gqa-tile" in declared and layer is not None:
+        layer = _tiled_layer(layer)
     return replace(target, attention=attention, rope=rope, layer=layer)
+
+
+def kit_mods(target: Target, n_heads: int, n_kv_heads: int):
+    """(score_mod, mask_mod) of ``target`` as the kit's head numbers see them: under gqa-tile the kit's
+    head h is the target's target_heads(...)[h], which the target's own mods are called with."""
+    score_mod, mask_mod = target.score_mod, target.mask_mod
+    if "gqa-tile" not in target.conventions or n_heads == n_kv_heads:
+        return score_mod, mask_mod
+    heads = torch.tensor(target_heads(n_heads, n_kv_heads))
+
+    def in_kit_heads(mod, with_score: bool):
+        if mod is None:
+            return None
+        if with_score:
+            return lambda score, b, h, q_idx, kv_idx: mod(score, b, heads[h], q_idx, kv_idx)
+        return lambda b, h, q_idx, kv_idx: mod(b, heads[h], q_idx, kv_idx)
+
+    return in_kit_heads(score_mod, True), in_kit_heads(mask_mod, False)
+
+
+def mod_name(mod) -> str:
+    """How a message names a declared mod: its function's name."""
+    return getattr(mod, "__qualname__", None) or getattr(mod, "__name__", None) or type(mod).__name__
+
+
+def declaration(target: Target) -> str:
+    """The declaration a target is checked under, in a few words ("" for none): its conventions, its
+    mods by name, and packed sequences."""
+    parts = [f"conventions {', '.join(sorted(target.conventions))}"] if target.conventions else []
+    parts += [f"score_mod {mod_name(target.score_mod)}"] if target.score_mod is not None else []
+    parts += [f"mask_mod {mod_name(target.mask_mod)}"] if target.mask_mod is not None else []
+    parts += ["documents"] if "documents" in target.capabilities else []
+    return "; ".join(parts)
 
 
 def _inclusive_window(attention):
@@ -81,6 +174,29 @@ def _top_left(attention):
         if isinstance(result, tuple):
             return tuple(part[:, :, before:] for part in result)
         return result[:, :, before:]
+
+    return call
+
+
+def _tiled_heads(attention):
+    def call(q, k, v, *, sinks=None, **kwargs):
+        order = tile_order(q.shape[1], k.shape[1])
+        back = torch.tensor(target_heads(q.shape[1], k.shape[1]), device=q.device)
+        index = torch.tensor(order, device=q.device)
+        tiled_sinks = None if sinks is None else sinks[index.to(sinks.device)]
+        result = attention(q[:, index], k, v, sinks=tiled_sinks, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(part[:, back] for part in result)
+        return result[:, back]
+
+    return call
+
+
+def _one_document_unless_given(attention):
+    def call(q, k, v, *, document_ids=None, **kwargs):
+        if document_ids is None:
+            document_ids = torch.zeros(k.shape[0], k.shape[2], dtype=torch.int64, device=k.device)
+        return attention(q, k, v, document_ids=document_ids, **kwargs)
 
     return call
 
@@ -107,6 +223,21 @@ def _interleaved_layer(layer):
             permuted["bq"] = built.bq[rows(spec.n_heads)]
         if built.bk is not None:
             permuted["bk"] = built.bk[rows(spec.n_kv_heads)]
+        return replace(built, **permuted)
+
+    return build
+
+
+def _tiled_layer(layer):
+    def build(spec: LayerSpec) -> Layer:
+        built = layer(spec)
+        heads = target_heads(spec.n_heads, spec.n_kv_heads)
+        features = [head * spec.head_dim + f for head in heads for f in range(spec.head_dim)]
+        permuted = {"wq": built.wq[features], "wo": built.wo[:, features]}
+        if built.bq is not None:
+            permuted["bq"] = built.bq[features]
+        if built.sinks is not None:
+            permuted["sinks"] = built.sinks[heads]
         return replace(built, **permuted)
 
     return build

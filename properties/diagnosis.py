@@ -20,30 +20,39 @@ from attnspec.properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
+from attnspec.properties.declared import declaration
+from attnspec.properties.references import declared_attention
 from attnspec.properties.target_checks import KEYWORDS
 from attnspec.properties.targets import LayerSpec, Target
-from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
+from attnspec.specs.oracle import attention_layer_oracle, rope_oracle
 
 SEED = 0
 
 
 @dataclass(frozen=True)
 class Probe:
-    """A small causal problem: attention of Tq queries over Tk keys, or a layer over T = Tq tokens."""
+    """A small causal problem: attention of Tq queries over Tk keys, or a layer over T = Tq tokens;
+    ``documents``: the lengths of the documents packed into its keys."""
 
     n_heads: int
     n_kv_heads: int
     tq: int
     tk: int
     window: int | None = None
+    documents: tuple[int, ...] | None = None
 
 
 def attention_probes(target: Target) -> list[Probe]:
     """One problem per convention the target's capabilities let it show, each free of the others:
     a window of 3 over 8 keys (W+1, W-1 and no window all see other keys), 4 query heads over 2 KV
     heads (tile-style GQA serves query head 1 from KV head 1), 3 queries over 7 keys (top-left
-    alignment moves every query; 7 over 3 for a target that has queries which see no key instead)."""
+    alignment moves every query; 7 over 3 for a target that has queries which see no key instead), three
+    documents (a target that ignores them sees the others), and for a target with mods a plain problem
+    (a mod ignored)."""
     probes = [Probe(2, 2, 8, 8, window=3)] if target.supports("window") else []
+    probes += [Probe(2, 2, 8, 8, documents=(3, 1, 4))] if target.supports("documents") else []
+    if target.score_mod is not None or target.mask_mod is not None:
+        probes.append(Probe(2, 2, 6, 6))
     probes += [Probe(4, 2, 6, 6)] if target.supports("gqa") else []
     if target.supports("decode"):
         probes.append(Probe(2, 2, 3, 7))
@@ -69,8 +78,12 @@ def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) 
     q = _randn(1, probe.n_heads, probe.tq, d, seed=1, dtype=dtype)
     k, v = (_randn(1, probe.n_kv_heads, probe.tk, d, seed=seed, dtype=dtype) for seed in (2, 3))
     keywords = {**KEYWORDS, "window": probe.window}  # as the properties call it
-    out = target.attention(q.to(device), k.to(device), v.to(device), **keywords)
-    return convention_mismatch(out, attention_oracle(q, k, v, **keywords)[0], q, k, v, **keywords)
+    if probe.documents is not None:
+        ids = [n for n, length in enumerate(probe.documents) for _ in range(length)]
+        keywords["document_ids"] = torch.tensor([ids], dtype=torch.int64)
+    moved = {name: value.to(device) for name, value in keywords.items() if torch.is_tensor(value)}
+    out = target.attention(q.to(device), k.to(device), v.to(device), **{**keywords, **moved})
+    return convention_mismatch(out, declared_attention(q, k, v, **keywords)[0], q, k, v, **keywords)
 
 
 def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
@@ -99,7 +112,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     """What ``target`` does instead of attnspec's conventions, one line per finding, found on small
     deterministic problems within its capabilities (attention_probes, layer_probes, RoPE at a few
     positions); None when it follows them there or misses the oracle in a way no other convention
-    explains.  A problem the target raises an error on tells nothing: its failing properties say why."""
+    explains.  A problem the target raises an error on tells nothing: its failing properties say why.
+    A target with a declaration is told what it was checked under first."""
     dtype = torch.float64 if target.supports("float64") else torch.float32
     probes = attention_probes(target) if target.attention is not None else []  # a module has a layer only
     checks = [partial(attention_finding, target, probe) for probe in probes]
@@ -115,4 +129,6 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
             continue
         if finding is not None and finding not in findings:
             findings.append(finding)
+    if findings and declaration(target):
+        findings.insert(0, f"checked under its declaration: {declaration(target)}")
     return "\n".join(findings) or None

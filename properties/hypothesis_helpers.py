@@ -33,6 +33,9 @@ class AttnCase:
     use_sinks: bool
     seed: int
     magnitude: float = 1.0
+    # packed sequences, for a target with "documents": the lengths of each batch row's documents (the
+    # last one stretched or cut to Tk), or None for no document_ids at all
+    documents: tuple[tuple[int, ...], ...] | None = None
 
     def make(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
         """(q, k, v, sinks) on ``device`` in ``dtype``; sinks is None unless use_sinks."""
@@ -53,6 +56,23 @@ class AttnCase:
     @property
     def group(self) -> int:
         return self.n_heads // self.n_kv_heads
+
+    def document_ids(self, device: torch.device | str = "cpu") -> torch.Tensor | None:
+        """(B, Tk) int64, non-decreasing along each row: the document of every key, or None."""
+        return None if self.documents is None else packed_ids(self.documents, self.batch, self.tk, device)
+
+    def keywords(
+        self, sinks: torch.Tensor | None, device="cpu", *, causal: bool = True, scale=None
+    ) -> dict:
+        """The keywords of a call of the target on this case, which the declared oracle takes as they are
+        (references.py): the mask switches, the sinks and the scale, and its documents where it has
+        any (a window only with the causal mask)."""
+        window = self.window if causal else None
+        keywords = {"causal": causal, "window": window, "sinks": sinks, "scale": scale}
+        document_ids = self.document_ids(device)
+        if document_ids is not None:
+            keywords["document_ids"] = document_ids
+        return keywords
 
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
@@ -81,8 +101,10 @@ def attn_cases(
     sinks: bool = True,
     self_attention: bool = False,
     min_tq: int = 1,
+    documents: bool = True,
 ) -> AttnCase:
-    """An attention problem with Tq <= Tk (decode-style when Tq < Tk), GQA groups, windows, sinks.
+    """An attention problem with Tq <= Tk (decode-style when Tq < Tk), GQA groups, windows, sinks,
+    and packed documents where the target takes them (``documents=False``: never).
 
     ``self_attention`` forces Tq == Tk.
     """
@@ -94,7 +116,7 @@ def attn_cases(
     dv = draw(st.one_of(st.just(head_dim), st.integers(1, 8)))
     batch = draw(st.integers(1, 3))
     sizes = (batch, n_heads, n_kv_heads, tq, tk, head_dim, dv)
-    return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks))
+    return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks, documents=documents))
 
 
 @st.composite
@@ -107,13 +129,59 @@ def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
     return replace(case, tq=case.tk + draw(st.integers(1, 4)))
 
 
-def _with_switches(draw: st.DrawFn, *sizes: int, windows: bool, sinks: bool) -> AttnCase:
-    """The case of ``sizes`` (batch, Hq, Hkv, Tq, Tk, d, dv) with a window, sinks, magnitude and seed."""
+def _with_switches(
+    draw: st.DrawFn, *sizes: int, windows: bool, sinks: bool, documents: bool = True
+) -> AttnCase:
+    """The case of ``sizes`` (batch, Hq, Hkv, Tq, Tk, d, dv) with a window, sinks, magnitude and seed,
+    and documents for a target with "documents"."""
     tk = sizes[4]
     window = draw(st.one_of(st.none(), st.integers(1, tk + 2))) if windows else None
     use_sinks = draw(st.booleans()) if sinks else False
     magnitude = draw(st.sampled_from([1.0, 0.1, 3.0]))
-    return AttnCase(*sizes, window, use_sinks, draw(seeds), magnitude)
+    packed = draw(packed_documents(sizes[0], tk)) if documents and current().supports("documents") else None
+    return AttnCase(*sizes, window, use_sinks, draw(seeds), magnitude, packed)
+
+
+@st.composite
+def document_lengths(draw: st.DrawFn, length: int, near: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The lengths of the documents packed into a row of ``length`` tokens, boundaries anywhere: one
+    document, or cuts drawn at any position (or at the positions ``near``: a kernel's block edges),
+    often at the first and the last token (one-token documents at either end) and between neighbours
+    (one-token documents inside)."""
+    if length == 1 or draw(st.integers(0, 4)) == 0:
+        return (length,)
+    places = st.integers(1, length - 1)
+    inside = sorted(n for n in near if 1 <= n < length)
+    if inside:
+        places = st.one_of(places, st.sampled_from(inside))
+    cuts = set(draw(st.sets(places, max_size=min(length - 1, 6))))
+    if draw(st.booleans()):
+        cuts.add(1)  # a one-token document first
+    if draw(st.booleans()):
+        cuts.add(length - 1)  # a one-token document last
+    edges = [0, *sorted(cuts), length]
+    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def packed_ids(
+    documents: tuple[tuple[int, ...], ...], batch: int, length: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """(batch, length) int64: the document of each position, from each row's document lengths (the
+    last document stretched or cut to ``length``; a batch larger than the rows drawn reuses them)."""
+    rows = []
+    for b in range(batch):
+        lengths = documents[b % len(documents)]
+        ids = [n for n, size in enumerate(lengths) for _ in range(size)][:length]
+        rows.append(ids + [ids[-1] if ids else 0] * (length - len(ids)))
+    return torch.tensor(rows, dtype=torch.int64, device=device)
+
+
+@st.composite
+def packed_documents(
+    draw: st.DrawFn, batch: int, length: int, near: tuple[int, ...] = ()
+) -> tuple[tuple[int, ...], ...]:
+    """Each of ``batch`` rows' document_lengths."""
+    return tuple(draw(document_lengths(length, near)) for _ in range(batch))
 
 
 def _unused(draw: st.DrawFn, low: int, high: int, used: set[int]) -> int:
@@ -154,7 +222,7 @@ def distinct_attn_cases(draw: st.DrawFn, *, windows: bool = True, sinks: bool = 
 def fit_to_target(case: AttnCase) -> AttnCase:
     """The case without what the implementation under test does not support (--impl): one KV
     head per query head without "gqa", Tq = Tk without "decode", dv = d without "value_dim", no
-    window, no sinks, head sizes among its declared ``head_dims``."""
+    window, no sinks, no documents, head sizes among its declared ``head_dims``."""
     target = current()
     head_dim = target.head_size(case.head_dim)
     return replace(
@@ -165,6 +233,7 @@ def fit_to_target(case: AttnCase) -> AttnCase:
         dv=target.head_size(case.dv) if target.supports("value_dim") else head_dim,
         window=case.window if target.supports("window") else None,
         use_sinks=case.use_sinks and target.supports("sinks"),
+        documents=case.documents if target.supports("documents") else None,
     )
 
 
@@ -177,8 +246,16 @@ def spanning_tiles() -> AttnCase:
 
 
 def causal_flags() -> st.SearchStrategy[bool]:
-    """causal True or False, or only True when the target has no "non_causal"."""
+    """causal True or False, or only True when the target has no "non_causal" (a target with a
+    mask_mod has none: its mask_mod is the whole mask, and it is called with causal=True)."""
     return st.booleans() if current().supports("non_causal") else st.just(True)
+
+
+def unmasked_causal() -> bool:
+    """The causal switch of a call whose mask hides nothing, for the properties of the "permutable"
+    law (laws.py): causal=False, or for a target whose mask_mod lets every query see every key the
+    causal=True it is always called with."""
+    return current().mask_mod is not None
 
 
 def scales(low: float, high: float) -> st.SearchStrategy[float | None]:
@@ -210,6 +287,8 @@ class BlockCase:
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
     ffn_hidden: int | None = None
+    softcap: float | None = None
+    alibi: bool = False
 
     def config(self):
         from attnspec.impl import ModelConfig
@@ -227,6 +306,8 @@ class BlockCase:
             norm_eps=self.norm_eps,
             rope_base=self.rope_base,
             ffn_hidden=self.ffn_hidden,
+            softcap=self.softcap,
+            alibi=self.alibi,
         )
 
     def module(
@@ -263,7 +344,8 @@ def block_cases(
 
     norm_eps is drawn up to 1 (against inputs of unit RMS, so eps visibly changes the norm),
     rope_base away from 10000 (head_dim >= 4 makes the base matter), ffn_hidden from None
-    (the default width) down to 1.
+    (the default width) down to 1; the attention's soft-cap (small enough to bind on logits of
+    unit size) and ALiBi on or off.
     """
     n_kv_heads = draw(st.integers(1, 2))
     n_heads = n_kv_heads * draw(st.integers(1, 3))
@@ -287,6 +369,8 @@ def block_cases(
         norm_eps=draw(st.sampled_from([1e-5, 1e-6, 1e-2, 0.5, 1.0])),
         rope_base=draw(st.sampled_from([10000.0, 10.0, 100.0, 500000.0])),
         ffn_hidden=draw(st.one_of(st.none(), st.integers(1, 12))),
+        softcap=draw(st.sampled_from([None, None, 0.5, 3.0])),
+        alibi=draw(st.booleans()),
     )
 
 

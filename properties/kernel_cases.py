@@ -6,13 +6,13 @@ logits steered to where such kernels break (the largest one in a late block, all
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
 
 from attnspec.properties.blocks import block_sizes, boundary_lengths
-from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target, seeds
+from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target, packed_documents, seeds
 from attnspec.properties.targets import current
 
 # How the logits of every query run over the keys (steer_logits).
@@ -40,7 +40,8 @@ def kernel_cases(
 
     ``few_queries``: Tq of 1..3 (a decode step, where kernels take a split-keys path);
     ``offset_off_grid``: Tk - Tq is no multiple of any block size, so the causal diagonal runs
-    through key blocks rather than along their corners."""
+    through key blocks rather than along their corners.  A target with "documents" gets packed
+    documents, their edges anywhere and on the block edges."""
     target = current()
     tk = draw(lengths())
     if few_queries:
@@ -58,9 +59,10 @@ def kernel_cases(
     if windows:
         window = draw(st.one_of(st.none(), windows_near_blocks(), st.integers(1, tk + 1)))
     use_sinks = sinks and draw(st.booleans())
-    case = AttnCase(
-        draw(st.integers(1, 2)), n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds)
-    )
+    batch = draw(st.integers(1, 2))
+    case = AttnCase(batch, n_heads, n_kv_heads, tq, tk, head_dim, dv, window, use_sinks, draw(seeds))
+    if target.supports("documents"):  # document edges on the block edges too
+        case = replace(case, documents=draw(packed_documents(batch, tk, tuple(boundary_lengths(target)))))
     return fit_to_target(case)
 
 

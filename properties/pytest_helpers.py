@@ -12,12 +12,8 @@ from attnspec.properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
-from attnspec.specs.tolerance import (
-    attention_conditioning,
-    golden_bound,
-    rounded_once_bound,
-    scoring_dtype,
-)
+from attnspec.properties.references import declared_conditioning
+from attnspec.specs.tolerance import golden_bound, rounded_once_bound, scoring_dtype
 
 
 def _where(diff: torch.Tensor) -> str:
@@ -56,20 +52,21 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, **kwar
 
 class Conditioning:
     """What rounding each logit at its magnitude lets a correct attention output (``"out"``) and its
-    weights (``"weights"``) be off by (specs.tolerance.attention_conditioning), for inputs of q's dtype
-    scored as the target scores them.  Computed only when a comparison needs it: the assertions try the
-    bound without it first, which nearly every passing example meets."""
+    weights (``"weights"``) be off by (specs.tolerance.attention_conditioning under the target's
+    declaration), for inputs of q's dtype scored as the target scores them.  Computed only when a
+    comparison needs it: the assertions try the bound without it first, which nearly every passing
+    example meets.  ``call``: the keywords of the target's call (causal, window, sinks, scale,
+    document_ids)."""
 
-    def __init__(self, q, k, v, **conventions) -> None:
+    def __init__(self, q, k, v, **call) -> None:
         self._inputs = (q, k, v)
-        self._conventions = {name: conventions.get(name) for name in ("window", "sinks", "scale")}
-        self._conventions["causal"] = conventions.get("causal", True)
+        self._call = call
         self._terms: tuple[torch.Tensor, torch.Tensor, float] | None = None
 
     def _computed(self) -> tuple[torch.Tensor, torch.Tensor, float]:
         if self._terms is None:
             dtype = scoring_dtype(self._inputs[0].dtype)
-            self._terms = attention_conditioning(*self._inputs, dtype=dtype, **self._conventions)
+            self._terms = declared_conditioning(*self._inputs, dtype, **self._call)
         return self._terms
 
     def term(self, of: str) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""Reference values the properties compare against: the spec oracle applied to impl's modules
-(every size and switch read from the config, only the learned parameters from the module), float64
-dot products and sink probabilities, and the exact dependency structure of a function."""
+"""Reference values the properties compare against: the spec oracle under the target's declaration
+(its score_mod and mask_mod, in the kit's head order, and the call's documents), the spec oracle
+applied to impl's modules (every size and switch read from the config, only the learned parameters
+from the module), float64 dot products and sink probabilities, and the exact dependency structure
+of a function."""
 
 from __future__ import annotations
 
@@ -9,7 +11,90 @@ from collections.abc import Callable
 
 import torch
 
-from attnspec.specs.oracle import attention_block_oracle, ffn_oracle, rms_norm_oracle
+from attnspec.properties.declared import kit_mods
+from attnspec.properties.targets import current
+from attnspec.specs.mods import alibi, alibi_slopes, composed, score_values, soft_cap
+from attnspec.specs.oracle import (
+    attention_block_oracle,
+    attention_grad_oracle,
+    attention_oracle,
+    attention_oracle_by_rows,
+    ffn_oracle,
+    rms_norm_oracle,
+    visible,
+)
+from attnspec.specs.tolerance import attention_conditioning
+
+# --- the oracle under the target's declaration ------------------------------------------------------
+#
+# Every property that compares a target with the oracle, or reads which keys a query may see, goes
+# through these: the keywords of the call (causal, window, sinks, scale, document_ids) plus the
+# target's declared mods.  A property never builds the mask itself.
+
+
+def declared_keywords(q: torch.Tensor, k: torch.Tensor, **call) -> dict:
+    """The oracle's keywords for a call of the target on q (B, Hq, ...) and k (B, Hkv, ...): the call's
+    own (the return_weights switch aside) and the target's score_mod and mask_mod in the kit's heads,
+    unless the call names its own (impl's variants: test_variants.py)."""
+    score_mod, mask_mod = kit_mods(current(), q.shape[1], k.shape[1])
+    keywords = {name: value for name, value in call.items() if name != "return_weights"}
+    return {"score_mod": score_mod, "mask_mod": mask_mod, **keywords}
+
+
+def declared_attention(q, k, v, **call) -> tuple[torch.Tensor, torch.Tensor]:
+    """specs.oracle.attention_oracle under the declaration: (output, weights)."""
+    return attention_oracle(q, k, v, **declared_keywords(q, k, **call))
+
+
+def declared_attention_by_rows(q, k, v, **call) -> torch.Tensor:
+    """specs.oracle.attention_oracle_by_rows under the declaration: the output, for long sequences."""
+    return attention_oracle_by_rows(q, k, v, **declared_keywords(q, k, **call))
+
+
+def declared_gradients(q, k, v, d_out, **call) -> tuple:
+    """specs.oracle.attention_grad_oracle under the declaration: (dq, dk, dv, dsinks)."""
+    return attention_grad_oracle(q, k, v, d_out, **declared_keywords(q, k, **call))
+
+
+def declared_conditioning(q, k, v, dtype: torch.dtype, **call) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """specs.tolerance.attention_conditioning under the declaration."""
+    keywords = declared_keywords(q, k, **call)
+    keywords.pop("padding_mask", None)
+    return attention_conditioning(q, k, v, dtype=dtype, **keywords)
+
+
+def declared_mask(q: torch.Tensor, k: torch.Tensor, causal: bool = True, window=None, document_ids=None, **_):
+    """(B, Hq, Tq, Tk) bool on the CPU: where each query of a call on q and k may see each key under the
+    declaration (its mask_mod, or the causal mask and window of the call; its documents).  Keywords the
+    mask does not read (sinks, scale) are accepted, so a call's keywords can be passed as they are."""
+    _, mask_mod = kit_mods(current(), q.shape[1], k.shape[1])
+    batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    return visible(
+        batch,
+        n_heads,
+        tq,
+        tk,
+        causal=causal,
+        window=window,
+        mask_mod=mask_mod,
+        document_ids=document_ids,
+    )
+
+
+def seen_keys(q: torch.Tensor, k: torch.Tensor, **call) -> torch.Tensor:
+    """(B, Hq, Tq, Tk) bool on the CPU: the keys each query's softmax gives weight to under the
+    declaration: the declared mask's, less any a score_mod sets to -inf."""
+    scores = declared_scores(q, k, call.get("scale"))
+    return declared_mask(q, k, **call) & (scores > -math.inf)
+
+
+def declared_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """(B, Hq, Tq, Tk) float64 on the CPU: the logits the declaration softmaxes, score_mod(q.k * scale)
+    (queries bottom-right), before any mask."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (dot_products(q, k) * scale).cpu()
+    score_mod, _ = kit_mods(current(), q.shape[1], k.shape[1])
+    return scores if score_mod is None else score_values(score_mod, scores)
 
 
 def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -28,13 +113,13 @@ def dot_products(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def sink_probability(q, k, sinks, allowed, scale=None) -> torch.Tensor:
-    """p_sink = e^s / (e^s + sum over visible j of e^score_j), (B, Hq, Tq) in float64 on the CPU;
-    zero everywhere when there are no sinks."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (dot_products(q, k) * scale).cpu()
+    """p_sink = e^s / (e^s + sum over visible j of e^score_j), (B, Hq, Tq) in float64 on the CPU, the
+    scores under the declaration (declared_scores) and ``allowed`` (Tq, Tk) or (B, Hq, Tq, Tk); zero
+    everywhere when there are no sinks."""
+    scores = declared_scores(q, k, scale)
     if sinks is None:
         return torch.zeros(scores.shape[:-1], dtype=torch.float64)
-    scores = scores.masked_fill(~allowed, -math.inf)
+    scores = scores.masked_fill(~allowed.cpu(), -math.inf)
     sink = sinks.detach().double().cpu().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
     return torch.exp(sink[..., 0] - torch.logsumexp(torch.cat([scores, sink], dim=-1), dim=-1))
 
@@ -44,13 +129,21 @@ def scheduled_window(cfg, layer_idx: int) -> int | None:
     return cfg.window if cfg.window_layers == "all" or layer_idx % 2 == 0 else None
 
 
+def config_score_mod(cfg):
+    """The score_mod of an impl config's attention (specs/mods.py's reference mods): its soft-cap, then
+    ALiBi with the slopes of its number of heads; None for plain logits."""
+    capped = None if cfg.softcap is None else soft_cap(cfg.softcap)
+    biased = alibi(alibi_slopes(cfg.n_heads)) if cfg.alibi else None
+    return composed(capped, biased)
+
+
 def block_oracle(
     block, cfg, layer_idx: int, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """specs.oracle.attention_block_oracle for an AttentionBlock built from ``cfg`` as layer
-    ``layer_idx``.  Every size and switch (eps, RoPE base, window) comes from the config and the
-    schedule, only the learned parameters from the module: a module that ignored a config field
-    would otherwise agree with itself."""
+    ``layer_idx``.  Every size and switch (eps, RoPE base, window, soft-cap, ALiBi) comes from the
+    config and the schedule, only the learned parameters from the module: a module that ignored a
+    config field would otherwise agree with itself."""
     return attention_block_oracle(
         x,
         norm_weight=block.norm.weight,
@@ -65,6 +158,7 @@ def block_oracle(
         offset=offset,
         base=cfg.rope_base,
         dtype=dtype,
+        score_mod=config_score_mod(cfg),
     )
 
 

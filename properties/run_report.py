@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from attnspec.properties.declared import declaration
 from attnspec.properties.targets import CAPABILITIES, Target
 
 NAME = "attnspec-run-report"
@@ -199,8 +200,7 @@ class RunReport:
         return lines
 
     def verdict(self, target: Target) -> str:
-        under = f", under its declared conventions {', '.join(sorted(target.conventions))}"
-        under = under if target.conventions else ""
+        under = f", under its declaration: {declaration(target)}" if declaration(target) else ""
         if self.failed_tests:
             ids = ", ".join(sorted(self.failed))
             return (

@@ -51,6 +51,7 @@ CAPABILITIES = {
     "decode": "fewer queries than keys, aligned bottom-right (query i at position Tk-Tq+i)",
     "blind": "more queries than keys: the first Tq-Tk see no key and output exactly 0",
     "non_causal": "causal=False",
+    "documents": "packed sequences: document_ids (B, Tk), a query sees only keys of its own document",
     "scale": "an explicit scale instead of 1/sqrt(d)",
     "float64": "float64 inputs computed in float64 throughout (no float32 softmax or RoPE angles)",
     "float16": "fp16/bf16 inputs scored and normalised in float32, the result rounded once to their dtype",
@@ -195,11 +196,21 @@ class Target:
     # split-K GEMM): the module properties that ask "did this output change?" (MOD-1, MOD-5) then call a
     # change one beyond the dtype's tolerance, not any change of its bits.
     rows_round_together: bool = False
+    # What its attention computes beyond softmax(q.k * scale + causal mask), in FlexAttention's vocabulary
+    # (specs/mods.py): score_mod(score, b, h, q_idx, kv_idx) changes each scaled logit, mask_mod(b, h,
+    # q_idx, kv_idx) is the whole mask (window, non_causal and blind do not apply to such a target).
+    # The oracle, the strategies and the laws the properties check follow them (properties/declared.py).
+    score_mod: Callable | None = None
+    mask_mod: Callable | None = None
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
+        for name in ("score_mod", "mask_mod"):
+            mod = getattr(self, name)
+            if mod is not None and not callable(mod):
+                raise TypeError(f"{self.name} declares a {name} that is not callable: {mod!r}")
         if "cache" in self.capabilities and "layer" not in self.capabilities:
             raise ValueError(
                 f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
@@ -288,6 +299,8 @@ def as_target(name: str, obj: object) -> Target:
         frozenset(getattr(obj, "conventions", ())),
         tuple(getattr(obj, "head_dims", ())),
         bool(getattr(obj, "tied_width", False)),
+        score_mod=getattr(obj, "score_mod", None),
+        mask_mod=getattr(obj, "mask_mod", None),
     )
 
 
@@ -344,9 +357,9 @@ def load(name: str) -> Target:
     from attnspec.properties import declared  # it builds on this module
 
     target = as_target(name, obj)
-    problems = declared.problems(target.conventions, target.capabilities)
+    problems = declared.problems(target)
     if problems:
-        raise ValueError(f"{name} declares conventions={sorted(target.conventions)}: " + "; ".join(problems))
+        raise ValueError(f"{name}: " + "; ".join(problems))
     return declared.translated(target)
 
 

@@ -15,7 +15,8 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from attnspec.properties.adapters.torch_sdpa import attention as torch_sdpa_reference
+from attnspec.properties.adapters.torch_sdpa import float_mask_attention
+from attnspec.properties.declared import mod_name
 from attnspec.properties.hypothesis_helpers import (
     FULL_PRECISION,
     LOW_PRECISION,
@@ -33,6 +34,7 @@ from attnspec.properties.hypothesis_helpers import (
     scales,
     seeds,
     spanning_tiles,
+    unmasked_causal,
 )
 from attnspec.properties.pytest_helpers import (
     Conditioning,
@@ -43,10 +45,16 @@ from attnspec.properties.pytest_helpers import (
     assert_golden,
     assert_rounded_once,
 )
-from attnspec.properties.references import dot_products, sink_probability
+from attnspec.properties.references import (
+    declared_attention,
+    declared_mask,
+    declared_scores,
+    dot_products,
+    seen_keys,
+    sink_probability,
+)
 from attnspec.properties.skips import require_dtype, second_device
 from attnspec.properties.targets import current
-from attnspec.specs.oracle import attention_oracle, mask_oracle
 
 TARGET = current()  # the implementation under test (--impl; impl/ by default)
 sdpa = TARGET.attention
@@ -63,10 +71,10 @@ both_paths = pytest.mark.usefixtures("attention_path")
 
 def problem(case: AttnCase, dtype: torch.dtype, device: torch.device, causal: bool, scale: float | None):
     """(q, k, v, keyword arguments of the call) for ``case`` in ``dtype``: no window without the
-    causal mask; skipped where the device or the target cannot run ``dtype``."""
+    causal mask, the case's documents; skipped where the device or the target cannot run ``dtype``."""
     require_dtype(dtype, device)
     q, k, v, sinks = case.make(device, dtype)
-    return q, k, v, dict(causal=causal, window=case.window if causal else None, sinks=sinks, scale=scale)
+    return q, k, v, case.keywords(sinks, device, causal=causal, scale=scale)
 
 
 # (output, weights): the output of a plain call (impl's tiled path where it applies) and the weights
@@ -82,19 +90,20 @@ attend = TARGET.outputs
 @given(case=st.one_of(attn_cases(max_t=8), blind_query_cases()), dtype=st.sampled_from(full_precision()))
 def test_weights_and_sink_sum_to_one(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
-    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
+    kwargs = case.keywords(sinks, device)
+    _, w = sdpa(q, k, v, **kwargs, return_weights=True)
     assert not bool(torch.isnan(w).any()), "NaN in the attention weights"
     assert bool((w >= 0).all()), f"negative attention weight {w.min().item():.3e}"
 
-    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    allowed = seen_keys(q, k, **kwargs)  # (B, Hq, Tq, Tk) under the declaration
     p_sink = sink_probability(q, k, sinks, allowed)
     total = w.double().sum(dim=-1).cpu() + p_sink  # (B, Hq, Tq)
     live = allowed.any(dim=-1) | (sinks is not None)  # rows that see a key or a sink
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    err = (total[..., live] - 1).abs()
+    err = (total[live] - 1).abs()
     worst = err.max().item() if err.numel() else 0.0
     assert worst <= tol, f"real weights + p_sink differ from 1 by {worst:.3e} (> {tol:g}) in {dtype}"
-    assert_exactly_zero(w[..., ~live, :], "weights of rows that see neither a key nor a sink")
+    assert_exactly_zero(w[~live.to(w.device)], "weights of rows that see neither a key nor a sink")
 
 
 # --- ATTN-2: masked weights are exactly zero ------------------------------------------------
@@ -106,27 +115,38 @@ def test_weights_and_sink_sum_to_one(case, dtype, device):
 def test_masked_weights_are_exactly_zero(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
-    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
-    what = f"weights on future / out-of-window keys (W={case.window}, {dtype})"
+    kwargs = case.keywords(sinks, device)
+    _, w = sdpa(q, k, v, **kwargs, return_weights=True)
+    allowed = declared_mask(q, k, **kwargs).to(device)  # (B, Hq, Tq, Tk) under the declaration
+    declared = TARGET.mask_mod is not None or "document_ids" in kwargs
+    hides = "keys the declared mask hides" if declared else "future / out-of-window keys"
+    what = f"weights on {hides} (W={case.window}, {dtype})"
     masked = w.masked_fill(allowed, 0)  # the weights no query may have, where they sit; 0 elsewhere
     if torch.count_nonzero(masked):
         # name the largest by its (batch, head, query, key), not by its index among the masked weights
         size = masked.double().abs().nan_to_num(nan=float("inf")).cpu()
         batch, head, query, key = torch.nonzero(size == size.max())[0].tolist()
-        position = case.tk - case.tq + query  # bottom-right alignment
-        keys = f"{case.window} key{'s' * (case.window != 1)}"
-        why = (
-            f"after query {query}'s position {position}"
-            if key > position
-            else f"outside query {query}'s window (the {keys} up to position {position})"
-        )
-        total = int((~allowed).sum()) * w.shape[0] * w.shape[1]
+        why = hidden_because(case, kwargs.get("document_ids"), batch, query, key)
         raise AssertionError(
-            f"{what}: {int(torch.count_nonzero(masked))} of {total} "
+            f"{what}: {int(torch.count_nonzero(masked))} of {int((~allowed).sum())} "
             f"masked weights are not exactly zero; the largest, {w[batch, head, query, key].item():.3e}, at "
             f"(batch, head, query, key) = ({batch}, {head}, {query}, {key}): key {key} is {why}"
         )
+
+
+def hidden_because(case: AttnCase, document_ids, batch: int, query: int, key: int) -> str:
+    """Why the declaration hides ``key`` from ``query`` (of batch element ``batch``), in words."""
+    position = case.tk - case.tq + query  # bottom-right alignment
+    if TARGET.mask_mod is not None:
+        return f"hidden from query {query} (position {position}) by the mask_mod {mod_name(TARGET.mask_mod)}"
+    if document_ids is not None and 0 <= position < case.tk:
+        docs = document_ids[batch].tolist()
+        if docs[key] != docs[position]:
+            return f"in document {docs[key]}, query {query} (position {position}) in {docs[position]}"
+    if key > position:
+        return f"after query {query}'s position {position}"
+    keys = f"{case.window} key{'s' * (case.window != 1)}"
+    return f"outside query {query}'s window (the {keys} up to position {position})"
 
 
 @pytest.mark.req("ATTN-2", "MASK-1", "MASK-2")
@@ -134,17 +154,18 @@ def test_masked_weights_are_exactly_zero(case, data, device):
 @given(case=attn_cases())
 def test_weight_support_is_exactly_the_mask(case, device):
     # In float64 no visible weight underflows for these magnitudes, so the non-zero pattern of
-    # the weights must be the oracle's mask: masking too little and too much both fail.  In float32
+    # the weights must be the declared mask: masking too little and too much both fail.  In float32
     # (a target without "float64") a correct softmax rounds a visible weight below float32's range
     # to 0 (a score gap of ~90, which head_dim 1 at magnitude 3 reaches): where the float64 oracle's
     # weight is that small (with room for rounding), a visible weight may be 0.
     q, k, v, sinks = case.make(device, PRECISE)
-    _, w = sdpa(q, k, v, window=case.window, sinks=sinks, return_weights=True)
-    allowed = mask_oracle(case.tq, case.tk, window=case.window).expand(w.shape)
+    kwargs = case.keywords(sinks, device)
+    _, w = sdpa(q, k, v, **kwargs, return_weights=True)
+    allowed = seen_keys(q, k, **kwargs).expand(w.shape)
     support = (w != 0).cpu()
-    if PRECISE != torch.float64:
-        _, golden_w = attention_oracle(q, k, v, window=case.window, sinks=sinks)
-        support |= allowed & (golden_w < torch.finfo(PRECISE).tiny * 2**8)
+    _, golden_w = declared_attention(q, k, v, **kwargs)
+    small = torch.finfo(torch.float64).tiny if PRECISE == torch.float64 else torch.finfo(PRECISE).tiny * 2**8
+    support |= allowed & (golden_w < small)
     assert_exactly_equal(support, allowed, f"support of the weights (W={case.window})")
 
 
@@ -157,7 +178,7 @@ def test_weight_support_is_exactly_the_mask(case, device):
 def test_blind_queries_give_exact_zero_not_nan(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    out, w = attend(q, k, v, **case.keywords(sinks, device))
     assert not bool(torch.isnan(out).any()), "NaN output with fully masked rows"
     blind = case.tq - case.tk  # queries 0 .. blind-1 sit at negative positions
     assert_exactly_zero(out[:, :, :blind], f"output of the {blind} queries that see no key")
@@ -172,7 +193,7 @@ def test_blind_queries_give_exact_zero_not_nan(case, data, device):
 @given(case=blind_query_cases(max_t=6), dtype=st.sampled_from(full_precision()), seed=seeds)
 def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
     q, k, v, sinks = (t if t is None else t.requires_grad_(True) for t in case.make(device, dtype))
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     out.backward(noise_like(out, seed))
     for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
         if t is not None:
@@ -199,11 +220,11 @@ def test_blind_queries_have_finite_gradients(case, dtype, seed, device):
 def test_matches_the_oracle(dtype, case, causal, scale, device):
     q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out, w = attend(q, k, v, **kwargs)
-    golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 from the same (rounded) inputs
+    golden_out, golden_w = declared_attention(q, k, v, **kwargs)  # float64 from the same (rounded) inputs
     if dtype == torch.float64:
         ref_out, ref_w = golden_out, golden_w
     else:
-        ref_out, ref_w = attention_oracle(q, k, v, dtype=dtype, **kwargs)
+        ref_out, ref_w = declared_attention(q, k, v, dtype=dtype, **kwargs)
     assert out.dtype == dtype, f"output dtype {out.dtype} for {dtype} inputs"
     what = f"vs the oracle ({dtype}, causal={causal}, W={kwargs['window']}, scale={scale})"
     assert_attention_golden(out, golden_out, ref_out, f"output {what}", q, k, v, **kwargs)
@@ -214,18 +235,29 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
 # --- ATTN-5: torch's own SDPA -----------------------------------------------------------------
 
 
+def sdpa_mask(q, k, kwargs: dict) -> torch.Tensor:
+    """(B, Hq, Tq, Tk) float64 on q's device: the declaration as torch SDPA's additive float mask, its
+    score_mod's bias where a key is visible (the "additive" law) and -inf where it is hidden."""
+    scale = kwargs["scale"] if kwargs["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
+    bias = declared_scores(q, k, kwargs["scale"]) - (dot_products(q, k) * scale).cpu()
+    return bias.masked_fill(~declared_mask(q, k, **kwargs), -math.inf).to(q.device)
+
+
 @pytest.mark.req("ATTN-5")
+@pytest.mark.law("additive")
 @both_paths
 @pytest.mark.parametrize("dtype", [*FULL_PRECISION, *LOW_PRECISION], ids=str)
 @example(case=spanning_tiles(), causal=True, scale=None)
 @given(case=attn_cases(), causal=causal_flags(), scale=scales(0.1, 2.0))
 def test_matches_torch_sdpa(dtype, case, causal, scale, device):
+    # torch's SDPA with the declared mask (and a score_mod's bias) as its float mask, sinks as one extra
+    # zero key: the same problem computed by torch's kernels
     q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out = sdpa(q, k, v, **kwargs)
-    sinks = kwargs["sinks"]
-    up = {**kwargs, "sinks": None if sinks is None else sinks.double()}
-    golden = torch_sdpa_reference(q.double(), k.double(), v.double(), **up)
-    ref = golden if dtype == torch.float64 else torch_sdpa_reference(q, k, v, **kwargs)
+    mask, sinks = sdpa_mask(q, k, kwargs), kwargs["sinks"]
+    double = None if sinks is None else sinks.double()
+    golden = float_mask_attention(q.double(), k.double(), v.double(), mask, sinks=double, scale=scale)
+    ref = golden if dtype == torch.float64 else float_mask_attention(q, k, v, mask, sinks=sinks, scale=scale)
     what = f"output vs torch SDPA ({dtype}, causal={causal}, W={kwargs['window']})"
     assert_golden(out, golden, ref, what, Conditioning(q, k, v, **kwargs))
 
@@ -237,28 +269,31 @@ def test_matches_torch_sdpa(dtype, case, causal, scale, device):
 @pytest.mark.needs("weights", "float64")
 @given(case=attn_cases(), causal=causal_flags(), scale=scales(0.05, 1.0))
 def test_log_weight_differences_are_scaled_dot_products(case, causal, scale, device):
-    if not causal:
-        case = replace(case, window=None)
+    # log w_j - log w_r = f(q.k_j * s) - f(q.k_r * s) for the scale s and the declared score_mod f
+    # (the identity without one), against a reference key r each query sees (its first).
     q, k, v, sinks = case.make(device, PRECISE)
-    _, w = sdpa(q, k, v, causal=causal, window=case.window, sinks=sinks, scale=scale, return_weights=True)
+    kwargs = case.keywords(sinks, device, causal=causal, scale=scale)
+    _, w = sdpa(q, k, v, **kwargs, return_weights=True)
     expected_scale = 1.0 / math.sqrt(case.head_dim) if scale is None else scale
-    # Reference key: the query's own position Tk - Tq + i, visible under every mask.
-    own = torch.arange(case.tk - case.tq, case.tk, device=device).view(1, 1, -1, 1)
-    dots = dot_products(q, k)
-    log_w = torch.log(w)
-    lhs = log_w - log_w.gather(-1, own.expand(*w.shape[:-1], 1))
-    rhs = (dots - dots.gather(-1, own.expand(*dots.shape[:-1], 1))) * expected_scale
-    allowed = mask_oracle(case.tq, case.tk, causal=causal, window=case.window).to(device)
-    err = (lhs - rhs)[:, :, allowed].abs()
-    worst = err.max().item()
+    allowed = seen_keys(q, k, **kwargs)  # (B, Hq, Tq, Tk)
+    live = allowed.any(dim=-1, keepdim=True)
+    reference = allowed.int().argmax(dim=-1, keepdim=True)  # the first key each query sees
+    scores = declared_scores(q, k, expected_scale)
+    log_w = torch.log(w.double().cpu())
+    lhs = log_w - log_w.gather(-1, reference)
+    rhs = scores - scores.gather(-1, reference)
+    err = (lhs - rhs)[allowed & live].abs()
+    worst = err.max().item() if err.numel() else 0.0
+    mod = "" if TARGET.score_mod is None else f" through the score_mod {mod_name(TARGET.score_mod)}"
     assert worst <= 1e-9, (
-        f"log w_j - log w_own differs from (q.k_j - q.k_own)*{expected_scale:.6g} by {worst:.3e} "
+        f"log w_j - log w_r differs from (q.k_j - q.k_r)*{expected_scale:.6g}{mod} by {worst:.3e} "
         f"(scale={'default 1/sqrt(d)' if scale is None else scale})"
     )
 
 
 @pytest.mark.req("ATTN-6")
-@pytest.mark.needs("weights", "non_causal")
+@pytest.mark.needs("weights")
+@pytest.mark.law("permutable", "plain_scores")
 @pytest.mark.parametrize("head_dim", sorted({TARGET.head_size(d) for d in (16, 64, 256)}))
 def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     # N independent heads over two keys: D = log w_1 - log w_0 = s_1 - s_0 of each head's first
@@ -271,7 +306,7 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     q = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
     k = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
     v = torch.zeros(1, n, 2, head_dim, dtype=PRECISE, device=device)
-    _, w = sdpa(q, k, v, causal=False, return_weights=True)
+    _, w = sdpa(q, k, v, causal=unmasked_causal(), return_weights=True)
     diff = (torch.log(w[..., 0, 1]) - torch.log(w[..., 0, 0])).flatten().cpu()
     per_score_variance = diff.var().item() / 2
     bound = 5 * math.sqrt((2 + 6 / head_dim) / n)
@@ -285,26 +320,27 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
 
 
 @pytest.mark.req("ATTN-7")
-@pytest.mark.needs("non_causal")
-@given(case=attn_cases(windows=False), seed=seeds)
+@pytest.mark.law("permutable")
+@given(case=attn_cases(windows=False, documents=False), seed=seeds)
 def test_permuting_keys_and_values_together_changes_nothing(case, seed, device):
     q, k, v, sinks = case.make(device, PRECISE)
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(seed)).to(device)
-    out, w = attend(q, k, v, causal=False, sinks=sinks)
-    out_p, w_p = attend(q, k[:, :, perm], v[:, :, perm], causal=False, sinks=sinks)
+    causal = unmasked_causal()
+    out, w = attend(q, k, v, causal=causal, sinks=sinks)
+    out_p, w_p = attend(q, k[:, :, perm], v[:, :, perm], causal=causal, sinks=sinks)
     assert_close(out_p, out, f"output after permuting keys+values by {perm.tolist()}")
     if w is not None:
         assert_close(w_p, w[..., perm], f"weights after permuting keys+values by {perm.tolist()}")
 
 
 @pytest.mark.req("ATTN-7")
-@pytest.mark.needs("non_causal")
-@given(case=attn_cases(windows=False), seed=seeds)
+@pytest.mark.law("permutable")
+@given(case=attn_cases(windows=False, documents=False), seed=seeds)
 def test_permuting_queries_permutes_output_rows(case, seed, device):
     q, k, v, sinks = case.make(device, PRECISE)
     perm = torch.randperm(case.tq, generator=torch.Generator().manual_seed(seed)).to(device)
-    out = sdpa(q, k, v, causal=False, sinks=sinks)
-    out_p = sdpa(q[:, :, perm], k, v, causal=False, sinks=sinks)
+    out = sdpa(q, k, v, causal=unmasked_causal(), sinks=sinks)
+    out_p = sdpa(q[:, :, perm], k, v, causal=unmasked_causal(), sinks=sinks)
     assert_close(out_p, out[:, :, perm], f"output rows after permuting queries by {perm.tolist()}")
 
 
@@ -328,9 +364,10 @@ def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
     for n, name in enumerate("qkv"):
         if name in which:
             changed[name][b] = noise_like(changed[name][b], seed + n)
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out, w = attend(q, k, v, **kwargs)
     q2, k2, v2 = changed["q"], changed["k"], changed["v"]
-    out2, w2 = attend(q2, k2, v2, window=case.window, sinks=sinks)
+    out2, w2 = attend(q2, k2, v2, **kwargs)
     others = [i for i in range(case.batch) if i != b]
     what = f"batch elements {others} after changing {which}[{b}]"
     assert_exactly_equal(out2[others], out[others], f"outputs of {what}")
@@ -342,6 +379,7 @@ def test_batch_elements_are_independent(case, which, seed, dtype, data, device):
 
 
 @pytest.mark.req("ATTN-9")
+@pytest.mark.law("causal")
 @both_paths
 @given(
     case=attn_cases(self_attention=True, min_tq=2),
@@ -357,13 +395,50 @@ def test_future_positions_do_not_change_the_prefix(case, which, seed, data, devi
     for n, name in enumerate("qkv"):
         if name in which:
             changed[name][:, :, t + 1 :] = noise_like(changed[name][:, :, t + 1 :], seed + n) * 3
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out, w = attend(q, k, v, **kwargs)
     q2, k2, v2 = changed["q"], changed["k"], changed["v"]
-    out2, w2 = attend(q2, k2, v2, window=case.window, sinks=sinks)
+    out2, w2 = attend(q2, k2, v2, **kwargs)
     what = f"positions <= {t} after changing {which} at positions > {t} (W={case.window}, {dtype})"
     assert_exactly_equal(out2[:, :, : t + 1], out[:, :, : t + 1], f"outputs at {what}")
     if w is not None:
         assert_exactly_equal(w2[:, :, : t + 1], w[:, :, : t + 1], f"weights at {what}")
+
+
+# --- ATTN-16: packed sequences ----------------------------------------------------------------
+
+
+def document_spans(case: AttnCase, row: int) -> list[tuple[int, int]]:
+    """(first key, one past the last) of each document of batch row ``row`` (AttnCase.document_ids)."""
+    ids = case.document_ids()[row].tolist()
+    edges = [j for j in range(1, case.tk) if ids[j] != ids[j - 1]]
+    return list(zip([0, *edges], [*edges, case.tk], strict=True))
+
+
+@pytest.mark.req("ATTN-16")
+@pytest.mark.needs("documents")
+@pytest.mark.law("relative")
+@both_paths
+@example(case=fit_to_target(replace(spanning_tiles(), documents=((2, 1, 5, 2),))))
+@given(case=attn_cases(max_t=10))
+def test_each_packed_document_is_attended_as_if_alone(case, device):
+    # Scores and mask that depend on distances alone (RoPE-style, ALiBi, windows, causal): the queries of
+    # a document see its keys as if it were the only sequence, at positions from 0.  A boundary off by
+    # one, or a document that sees its predecessor, moves its first rows.
+    q, k, v, sinks = case.make(device, PRECISE)
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
+    first = case.tk - case.tq  # the position of query 0
+    for row in range(case.batch):
+        for start, end in document_spans(case, row):
+            lo = max(start, first)  # the document's first query
+            if lo >= end:
+                continue  # no query in it
+            alone = replace(case, batch=1, tq=end - lo, tk=end - start, documents=None)
+            queries = q[row : row + 1, :, lo - first : end - first].contiguous()
+            keys, values = (t[row : row + 1, :, start:end].contiguous() for t in (k, v))
+            got = sdpa(queries, keys, values, **alone.keywords(sinks, device))
+            what = f"rows of document {start}..{end - 1} in row {row} vs that document alone (Tq={case.tq})"
+            assert_close(out[row : row + 1, :, lo - first : end - first], got, what)
 
 
 # --- ATTN-10: shapes --------------------------------------------------------------------------
@@ -375,8 +450,9 @@ def test_future_positions_do_not_change_the_prefix(case, which, seed, data, devi
 def test_output_and_weight_shapes(case, data, device):
     dtype = data.draw(st.sampled_from(float_dtypes(device)), label="dtype")
     q, k, v, sinks = case.make(device, dtype)
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
-    out_w, w = attend(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out = sdpa(q, k, v, **kwargs)
+    out_w, w = attend(q, k, v, **kwargs)
     expected_out = (case.batch, case.n_heads, case.tq, case.dv)
     expected_w = (case.batch, case.n_heads, case.tq, case.tk)
     assert isinstance(out, torch.Tensor), f"without return_weights the result is a {type(out).__name__}"
@@ -406,12 +482,10 @@ def test_output_and_weights_stay_on_the_device_of_q(case, causal, dtype, device)
     # target that can run there; one that reads values from tensors (.item()) needs a real second
     # device (skips.second_device).
     other = second_device(device)
-    if not causal:
-        case = replace(case, window=None)
     if dtype not in float_dtypes(other) and other.type != "meta":
         pytest.skip(f"{dtype}: its matmul does not run on {other}")
     q, k, v, sinks = case.make(other, dtype)
-    out, w = attend(q, k, v, causal=causal, window=case.window, sinks=sinks)
+    out, w = attend(q, k, v, **case.keywords(sinks, other, causal=causal))
     results = [("output", out, (case.batch, case.n_heads, case.tq, case.dv))]
     if w is not None:
         results.append(("weights", w, (case.batch, case.n_heads, case.tq, case.tk)))
@@ -470,21 +544,21 @@ def test_fp16_dot_products_beyond_the_fp16_range(case_outliers, device):
     q, k, v, sinks = (
         None if t is None else t.to(device=device, dtype=torch.float16) for t in (q, k, v, sinks)
     )
-    dots = dot_products(q, k).cpu()[..., mask_oracle(case.tq, case.tk, window=case.window)]
+    kwargs = case.keywords(sinks, device)
+    dots = dot_products(q, k).cpu()[declared_mask(q, k, **kwargs)]
     assert dots.min().item() > FP16_MAX, (
         f"the inputs must overflow fp16: smallest q.k {dots.min().item():.0f}"
     )
 
-    kwargs = dict(window=case.window, sinks=sinks)
     out, w = attend(q, k, v, **kwargs)
     what = f"fp16, d={case.head_dim}, {n_outliers} outliers of {a}, W={case.window}"
     assert bool(torch.isfinite(out).all()), f"non-finite output ({what}): the scores overflowed"
     assert bool(torch.isfinite(w).all()), f"non-finite weights ({what}): the scores overflowed"
-    golden_out, golden_w = attention_oracle(q, k, v, **kwargs)
+    golden_out, golden_w = declared_attention(q, k, v, **kwargs)
     # The requirement's promise, scored in float32 and rounded once: the oracle scored in float32 (in
     # fp16 it overflows), and the conditioning of logits in the thousands, which a correct float32
     # formulation rounds at their magnitude (scale * log2 e folded in, for one).
-    ref_out, ref_w = attention_oracle(q, k, v, dtype=torch.float32, **kwargs)
+    ref_out, ref_w = declared_attention(q, k, v, dtype=torch.float32, **kwargs)
     cond = Conditioning(q, k, v, **kwargs)
     assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
     assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
@@ -503,8 +577,8 @@ def test_half_precision_is_the_float32_result_rounded_once(dtype, case, causal, 
     # pass; half an ulp plus the float32 bound does not.
     q, k, v, kwargs = problem(case, dtype, device, causal, scale)
     out, w = attend(q, k, v, **kwargs)
-    golden_out, golden_w = attention_oracle(q, k, v, **kwargs)  # float64 on the rounded inputs
-    f32_out, f32_w = attention_oracle(q, k, v, dtype=torch.float32, **kwargs)
+    golden_out, golden_w = declared_attention(q, k, v, **kwargs)  # float64 on the rounded inputs
+    f32_out, f32_w = declared_attention(q, k, v, dtype=torch.float32, **kwargs)
     what = f"({dtype}, causal={causal}, W={kwargs['window']}, sinks={case.use_sinks}, scale={scale})"
     cond = Conditioning(q, k, v, **kwargs)
     assert_rounded_once(out, golden_out, f32_out, f"output {what}", cond)

@@ -19,6 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attnspec.properties.declared import kit_mods
 from attnspec.properties.hypothesis_helpers import (
     chunk_lists,
     float_dtypes,
@@ -36,7 +37,9 @@ from attnspec.properties.targets import Layer, LayerSpec, current
 from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
-pytestmark = pytest.mark.needs("layer")
+# A layer's mods are evaluated at its tokens' positions from 0, whatever its offset: they must depend on
+# distances alone (laws.py), as every mod of a layer with RoPE's offsets does.
+pytestmark = [pytest.mark.needs("layer"), pytest.mark.law("relative")]
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,13 @@ def layer_cases(
 
 
 def oracle_keywords(layer: Layer, case: LayerCase) -> dict:
-    """attention_layer_oracle's keywords: sizes, window, RoPE base from the spec, the rest from the layer."""
+    """attention_layer_oracle's keywords: sizes, window, RoPE base from the spec, the target's declared
+    mods, the rest from the layer."""
     spec = case.spec
+    score_mod, mask_mod = kit_mods(TARGET, spec.n_heads, spec.n_kv_heads)
     return {
+        "score_mod": score_mod,
+        "mask_mod": mask_mod,
         **layer.reported(),
         "n_heads": spec.n_heads,
         "n_kv_heads": spec.n_kv_heads,
@@ -143,6 +150,7 @@ def test_layer_matches_the_oracle_layer(device, data):
 
 
 @pytest.mark.req("CACHE-1")
+@pytest.mark.law("causal")
 @pytest.mark.needs("cache")
 @given(data=st.data())
 def test_decoding_through_the_layers_own_cache_matches_the_oracle(device, data):
@@ -169,6 +177,7 @@ def test_decoding_through_the_layers_own_cache_matches_the_oracle(device, data):
 
 
 @pytest.mark.req("BLOCK-3")
+@pytest.mark.law("causal")
 @given(data=st.data())
 def test_future_tokens_never_change_earlier_layer_outputs(device, data):
     case = data.draw(layer_cases(float_dtypes(device), min_seq=2), label="case")

@@ -21,11 +21,13 @@ from attnspec.properties.hypothesis_helpers import (
     block_cases,
     chunk_lists,
     noise_like,
+    packed_documents,
+    packed_ids,
     seeded_randn,
     split_sequence,
 )
 from attnspec.properties.messages import message_names
-from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_golden
+from attnspec.properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
 from attnspec.properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
 from attnspec.specs.oracle import block_qkv_oracle, cache_positions_oracle
 
@@ -119,6 +121,36 @@ def test_decoding_in_chunks_equals_one_pass_over_the_whole_sequence(
         f"{kind} (layer {layer_idx}, window {cfg.window} on {cfg.window_layers}) decoded in chunks {chunks}"
     )
     assert_golden(decoded, golden, ref_lowp, f"{what} vs one pass of the oracle")
+
+
+@pytest.mark.req("ATTN-16", "CACHE-1")
+@both_paths
+@given(kind=st.sampled_from(KINDS), case=block_cases(max_seq=14), data=st.data(), sizes=chunk_lists)
+@example(kind="stack", case=_STREAM, data=None, sizes=[5, 1, 7])
+def test_a_packed_row_gives_each_document_what_it_gives_alone(device, kind, case, data, sizes):
+    """Packed sequences through the block and the stack: each document's outputs are the ones it gets
+    alone (its tokens keep the row's positions, which RoPE and ALiBi see as distances only), in one pass
+    and decoded in chunks through the cache with the documents so far."""
+    module = case.module(kind, 0, device, torch.float64)
+    x = case.input(device, torch.float64)
+    lengths = ((3, 1, 9, 2, 9), (24,)) if data is None else data.draw(packed_documents(case.batch, case.seq))
+    ids = packed_ids(lengths, case.batch, case.seq, device)
+    chunks = split_sequence(case.seq, sizes)
+    with torch.no_grad():
+        full = module(x, document_ids=ids)
+        cache, start, outs = new_cache(kind, module, case.seq), 0, []
+        for size in chunks:
+            stop = start + size
+            outs.append(module(x[:, start:stop], start, cache, document_ids=ids[:, :stop]))
+            start = stop
+        for row in range(case.batch):
+            row_ids = ids[row].tolist()
+            edges = [0, *(j for j in range(1, case.seq) if row_ids[j] != row_ids[j - 1]), case.seq]
+            for lo, hi in zip(edges, edges[1:], strict=False):
+                alone = module(x[row : row + 1, lo:hi])
+                what = f"{kind}: tokens {lo}..{hi - 1} of row {row} (documents {row_ids}) vs alone"
+                assert_close(full[row : row + 1, lo:hi], alone, what)
+    assert_close(torch.cat(outs, dim=1), full, f"{kind}: the packed row decoded in chunks {chunks}")
 
 
 @pytest.mark.req("CACHE-1")

@@ -33,9 +33,8 @@ from attnspec.properties.pytest_helpers import (
     assert_golden,
     assert_rounded_once,
 )
-from attnspec.properties.references import sink_probability
+from attnspec.properties.references import declared_attention, seen_keys, sink_probability
 from attnspec.properties.targets import current
-from attnspec.specs.oracle import attention_oracle, mask_oracle
 
 sdpa = current().attention  # the implementation under test (--impl; impl/ by default)
 attend = current().outputs  # (output of a plain call, weights of a return_weights call)
@@ -67,9 +66,10 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
 def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
     r = case.group
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out, w = attend(q, k, v, **kwargs)
     k_mha, v_mha = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
-    out_mha, w_mha = attend(q, k_mha, v_mha, window=case.window, sinks=sinks)
+    out_mha, w_mha = attend(q, k_mha, v_mha, **kwargs)
     what = f"Hq={case.n_heads}, Hkv={case.n_kv_heads}, W={case.window}, {dtype}"
     assert_close(out, out_mha, f"GQA output vs MHA on repeat_interleaved K/V ({what})")
     assert_close(w, w_mha, f"GQA weights vs MHA on repeat_interleaved K/V ({what})")
@@ -77,21 +77,23 @@ def test_gqa_equals_mha_on_repeat_interleaved_kv(case, dtype, device):
 
 @pytest.mark.req("GQA-1")
 @pytest.mark.needs("gqa")
+@pytest.mark.law("head_free")
 @given(case=attn_cases())
 def test_each_query_head_reads_kv_head_h_div_r(case, device):
     # Per-head decomposition: query head h is single-head attention with KV head h // r and
     # sink h.  With Hkv == Hq this says MHA is H independent heads; with Hkv == 1 it is MQA.
     q, k, v, sinks = case.make(device, PRECISE)
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     for h in range(case.n_heads):
         g = h // case.group
         sink_h = None if sinks is None else sinks[h : h + 1]
         one = (t[:, head : head + 1].contiguous() for t, head in ((q, h), (k, g), (v, g)))
-        single = sdpa(*one, window=case.window, sinks=sink_h)
+        single = sdpa(*one, **case.keywords(sink_h, device))
         assert_close(out[:, h : h + 1], single, f"query head {h} vs single-head attention on KV head {g}")
 
 
 @pytest.mark.req("GQA-1")
+@pytest.mark.law("head_free")
 @given(case=attn_cases(), dtype=st.sampled_from(full_precision()))
 def test_mha_when_hkv_equals_hq(case, dtype, device):
     # Hkv == Hq: r = 1, each query head has its own KV head; permuting the heads of q, k, v
@@ -99,9 +101,9 @@ def test_mha_when_hkv_equals_hq(case, dtype, device):
     case = replace(case, n_kv_heads=case.n_heads)
     q, k, v, sinks = case.make(device, dtype)
     perm = torch.arange(case.n_heads - 1, -1, -1, device=device)  # reverse the heads
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     sinks_p = None if sinks is None else sinks[perm]
-    out_p = sdpa(q[:, perm], k[:, perm], v[:, perm], window=case.window, sinks=sinks_p)
+    out_p = sdpa(q[:, perm], k[:, perm], v[:, perm], **case.keywords(sinks_p, device))
     # Close, not bitwise: a head computed at another batch-of-heads index may round differently.
     assert_close(out_p, out[:, perm], f"MHA (Hq=Hkv={case.n_heads}) output after reversing the heads")
 
@@ -114,9 +116,10 @@ def test_mqa_single_kv_head_serves_every_query_head(case, dtype, device):
     q, k, v, sinks = case.make(device, dtype)
     shape_k = (case.batch, case.n_heads, case.tk, case.head_dim)
     shape_v = (case.batch, case.n_heads, case.tk, case.dv)
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out = sdpa(q, k, v, **kwargs)
     k_all, v_all = k.expand(shape_k).contiguous(), v.expand(shape_v).contiguous()
-    out_mha = sdpa(q, k_all, v_all, window=case.window, sinks=sinks)
+    out_mha = sdpa(q, k_all, v_all, **kwargs)
     what = f"MQA (Hq={case.n_heads}, Hkv=1) vs the KV head given to every query head"
     assert_close(out, out_mha, what)
 
@@ -132,9 +135,12 @@ def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
     q, k, _, _ = case.make(device, dtype)
     labels = torch.arange(1, case.n_kv_heads + 1, dtype=dtype, device=device)
     v = labels.view(1, -1, 1, 1).expand(case.batch, case.n_kv_heads, case.tk, case.dv).contiguous()
-    out = sdpa(q, k, v, window=case.window)
+    kwargs = case.keywords(None, device)
+    out = sdpa(q, k, v, **kwargs)
     expected_group = torch.arange(case.n_heads, device=device) // case.group + 1
     expected = expected_group.to(dtype).view(1, -1, 1, 1).expand_as(out)
+    sees = seen_keys(q, k, **kwargs).any(dim=-1, keepdim=True).to(device)  # a row that sees no key is 0
+    expected = torch.where(sees, expected, 0.0)
     assert_close(out, expected, f"KV head serving each query head (Hq={case.n_heads}, Hkv={case.n_kv_heads})")
 
 
@@ -147,8 +153,8 @@ def test_head_to_group_mapping_is_interleaved_not_tiled(case, dtype, device):
 def test_minus_inf_sinks_are_no_sinks(case, dtype, device):
     q, k, v, _ = case.make(device, dtype)
     sinks = torch.full((case.n_heads,), -math.inf, dtype=dtype, device=device)
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
-    plain_out, plain_w = attend(q, k, v, window=case.window)
+    out, w = attend(q, k, v, **case.keywords(sinks, device))
+    plain_out, plain_w = attend(q, k, v, **case.keywords(None, device))
     assert not bool(torch.isnan(out).any()), "NaN with sinks of -inf"
     assert_close(out, plain_out, f"output with -inf sinks vs no sinks (W={case.window}, {dtype})")
     assert_close(w, plain_w, f"weights with -inf sinks vs no sinks (W={case.window}, {dtype})")
@@ -164,8 +170,8 @@ def test_heads_with_a_minus_inf_sink_attend_as_without_sinks(case, seed, device)
     gen = torch.Generator().manual_seed(seed)
     off = (torch.rand(case.n_heads, generator=gen) < 0.5).to(device)
     sinks = sinks.masked_fill(off, -math.inf)
-    out = sdpa(q, k, v, window=case.window, sinks=sinks)
-    plain = sdpa(q, k, v, window=case.window)
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
+    plain = sdpa(q, k, v, **case.keywords(None, device))
     heads = torch.nonzero(off).flatten().tolist()
     assert_close(out[:, off], plain[:, off], f"heads {heads} with a -inf sink vs no sinks")
 
@@ -207,21 +213,22 @@ def test_sinks_held_in_another_dtype(case, dtypes, device):
     case = replace(case, use_sinks=True)
     q, k, v, _ = case.make(device, q_dtype)
     _, _, _, sinks = case.make(device, sinks_dtype)
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
+    kwargs = case.keywords(sinks, device)
+    out, w = attend(q, k, v, **kwargs)
     what = f"q/k/v {q_dtype}, sinks {sinks_dtype}, W={case.window}"
     assert out.dtype == q_dtype and w.dtype == q_dtype, f"output {out.dtype}, weights {w.dtype} ({what})"
-    golden_out, golden_w = attention_oracle(q, k, v, window=case.window, sinks=sinks)
-    cond = Conditioning(q, k, v, window=case.window, sinks=sinks)
+    golden_out, golden_w = declared_attention(q, k, v, **kwargs)
+    cond = Conditioning(q, k, v, **kwargs)
     if q_dtype in LOW_PRECISION:
         # "float16": scored in float32 beside sinks of any dtype, rounded once (ATTN-11's promise)
-        ref_out, ref_w = attention_oracle(q, k, v, window=case.window, sinks=sinks, dtype=torch.float32)
+        ref_out, ref_w = declared_attention(q, k, v, dtype=torch.float32, **kwargs)
         assert_rounded_once(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
         assert_rounded_once(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
         return
     if q_dtype == torch.float64:
         ref_out, ref_w = golden_out, golden_w
     else:
-        ref_out, ref_w = attention_oracle(q, k, v, window=case.window, sinks=sinks, dtype=q_dtype)
+        ref_out, ref_w = declared_attention(q, k, v, dtype=q_dtype, **kwargs)
     assert_golden(out, golden_out, ref_out, f"output vs the oracle ({what})", cond)
     assert_golden(w, golden_w, ref_w, f"weights vs the oracle ({what})", cond, "weights")
 
@@ -235,9 +242,9 @@ def test_sinks_held_in_another_dtype(case, dtypes, device):
 def test_sink_scales_real_weights_by_one_minus_p_sink(case, dtype, device):
     case = replace(case, use_sinks=True)
     q, k, v, sinks = case.make(device, dtype)
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
-    plain_out, plain_w = attend(q, k, v, window=case.window)
-    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    out, w = attend(q, k, v, **case.keywords(sinks, device))
+    plain_out, plain_w = attend(q, k, v, **case.keywords(None, device))
+    allowed = seen_keys(q, k, **case.keywords(None, device))
     keep = (1 - sink_probability(q, k, sinks, allowed)).unsqueeze(-1).to(device)  # (B, Hq, Tq, 1)
     what = f"with sinks = sink-free * (1 - p_sink) (W={case.window}, {dtype})"
     assert_close(w, (plain_w.double() * keep).to(dtype), f"weights {what}")
@@ -253,19 +260,20 @@ def test_raising_a_sink_lowers_that_heads_weights_only(case, delta, data, device
     q, k, v, sinks = case.make(device, PRECISE)
     raised = sinks.clone()
     raised[h] += delta
-    out, w = attend(q, k, v, window=case.window, sinks=sinks)
-    out2, w2 = attend(q, k, v, window=case.window, sinks=raised)
+    out, w = attend(q, k, v, **case.keywords(sinks, device))
+    out2, w2 = attend(q, k, v, **case.keywords(raised, device))
 
     others = [i for i in range(case.n_heads) if i != h]
     assert_exactly_equal(w2[:, others], w[:, others], f"weights of heads {others} after raising sink {h}")
     assert_exactly_equal(out2[:, others], out[:, others], f"outputs of heads {others} after raising sink {h}")
 
-    allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
-    before, after = w[:, h][:, allowed], w2[:, h][:, allowed]  # visible weights of head h
+    allowed = seen_keys(q, k, **case.keywords(sinks, device))  # (B, Hq, Tq, Tk)
+    head = allowed[:, h].to(device)
+    before, after = w[:, h][head], w2[:, h][head]  # visible weights of head h
     assert bool((after <= before).all()), f"raising sink {h} by {delta:.3g} raised a real weight"
     # Strictly lower wherever the sink's share is large enough to show in float64.
-    p_sink = sink_probability(q, k, sinks, allowed.cpu())[:, h].to(device)  # (B, Tq)
-    visible = p_sink.unsqueeze(-1).expand(-1, -1, case.tk)[:, allowed] > 1e-12
+    p_sink = sink_probability(q, k, sinks, allowed)[:, h].to(device)  # (B, Tq)
+    visible = p_sink.unsqueeze(-1).expand(-1, -1, case.tk)[head] > 1e-12
     assert bool((after[visible] < before[visible]).all()), (
         f"raising sink {h} by {delta:.3g} left a real weight of that head unchanged"
     )

@@ -31,9 +31,9 @@ from attnspec.properties.hypothesis_helpers import (
 )
 from attnspec.properties.kernel_cases import kernel_cases
 from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_exactly_zero, assert_golden
+from attnspec.properties.references import declared_gradients, declared_mask
 from attnspec.properties.skips import require_dtype
 from attnspec.properties.targets import current
-from attnspec.specs.oracle import attention_grad_oracle, mask_oracle
 from attnspec.specs.tolerance import golden_bound
 
 TARGET = current()
@@ -54,10 +54,12 @@ def leaves(case: AttnCase, device, dtype: torch.dtype):
     return tuple(None if t is None else t.requires_grad_(True) for t in case.make(device, dtype))
 
 
-def backward(q, k, v, sinks, d_out: torch.Tensor, window: int | None) -> tuple:
-    """(dQ, dK, dV, dsinks) of sum(out * d_out) for the target's causal attention; dsinks is None without
-    sinks, and a gradient autograd does not reach is zeros (a key no query sees may get no gradient)."""
-    out = TARGET.attention(q, k, v, causal=True, window=window, sinks=sinks)
+def backward(q, k, v, d_out: torch.Tensor, **call) -> tuple:
+    """(dQ, dK, dV, dsinks) of sum(out * d_out) for the target's causal attention (``call``: the keywords
+    of the call, its sinks included); dsinks is None without sinks, and a gradient autograd does not
+    reach is zeros (a key no query sees may get no gradient)."""
+    sinks = call.get("sinks")
+    out = TARGET.attention(q, k, v, **call)
     inputs = [t for t in (q, k, v, sinks) if t is not None]
     grads = torch.autograd.grad(out, inputs, d_out, allow_unused=True)
     grads = [torch.zeros_like(t) if g is None else g for t, g in zip(inputs, grads, strict=True)]
@@ -138,12 +140,11 @@ def test_gradients_match_the_oracle(dtype, case, seed, sink_shift, device):
     if sinks is not None:
         sinks = (sinks.detach() + sink_shift).requires_grad_(True)
     d_out = upstream(case, seed, device, dtype)
-    grads = backward(q, k, v, sinks, d_out, case.window)
-    kwargs = dict(causal=True, window=case.window, sinks=sinks)
-    golden = attention_grad_oracle(q, k, v, d_out, **kwargs)
-    reference = (
-        golden if dtype == torch.float64 else attention_grad_oracle(q, k, v, d_out, dtype=dtype, **kwargs)
-    )
+    kwargs = case.keywords(sinks, device)
+    grads = backward(q, k, v, d_out, **kwargs)
+    golden = declared_gradients(q, k, v, d_out, **kwargs)
+    low = dtype != torch.float64
+    reference = declared_gradients(q, k, v, d_out, dtype=dtype, **kwargs) if low else golden
     what = f"vs the oracle's ({dtype}, {shape_of(case)}, sinks shifted by {sink_shift})"
     assert_gradients_golden(grads, golden, reference, case, what)
 
@@ -169,23 +170,24 @@ def unseen_cases(draw: st.DrawFn) -> AttnCase:
 def test_what_no_query_sees_gets_exactly_zero_gradient(case, seed, device):
     """dK and dV of a key no query may see, and dQ of a query that sees no key, are exactly 0 (not small:
     a recomputation that forgot the mask leaks into them)."""
-    if not TARGET.supports("window", "decode") and not TARGET.supports("blind"):
+    hides = TARGET.supports("window", "decode") or TARGET.supports("blind") or TARGET.supports("documents")
+    if not hides and TARGET.mask_mod is None:
         pytest.skip(f"--impl {TARGET.name} sees every key: it lacks windows over decode steps, and blind")
-    seen = mask_oracle(case.tq, case.tk, True, case.window)
-    unseen_keys = ~seen.any(dim=0)
-    blind_queries = ~seen.any(dim=1)
-    assume(bool(unseen_keys.any() or blind_queries.any()))
     dtype = torch.float32
     q, k, v, sinks = leaves(case, device, dtype)
-    dq, dk, dv, _ = backward(q, k, v, sinks, upstream(case, seed, device, dtype), case.window)
+    kwargs = case.keywords(sinks, device)
+    seen = declared_mask(q, k, **kwargs)  # (B, Hq, Tq, Tk)
+    unseen_keys = ~seen.any(dim=2).view(case.batch, case.n_kv_heads, case.group, case.tk).any(dim=2)
+    blind_queries = ~seen.any(dim=-1)  # (B, Hq, Tq)
+    assume(bool(unseen_keys.any() or blind_queries.any()))
+    dq, dk, dv, _ = backward(q, k, v, upstream(case, seed, device, dtype), **kwargs)
     what = f"({shape_of(case)})"
-    keys = torch.nonzero(unseen_keys).flatten().tolist()
-    assert_exactly_zero(dk[:, :, unseen_keys.to(dk.device)], f"dK of keys {keys} that no query sees {what}")
-    assert_exactly_zero(dv[:, :, unseen_keys.to(dv.device)], f"dV of keys {keys} that no query sees {what}")
-    queries = torch.nonzero(blind_queries).flatten().tolist()
-    assert_exactly_zero(
-        dq[:, :, blind_queries.to(dq.device)], f"dQ of queries {queries} that see no key {what}"
-    )
+    keys = torch.nonzero(unseen_keys.any(dim=(0, 1))).flatten().tolist()
+    unseen = unseen_keys.to(dk.device)
+    assert_exactly_zero(dk[unseen], f"dK of keys {keys} that no query sees {what}")
+    assert_exactly_zero(dv[unseen], f"dV of keys {keys} that no query sees {what}")
+    queries = torch.nonzero(blind_queries.any(dim=(0, 1))).flatten().tolist()
+    assert_exactly_zero(dq[blind_queries.to(dq.device)], f"dQ of queries {queries} that see no key {what}")
 
 
 # --- GRAD-4: causality of the gradients --------------------------------------------------------
@@ -201,20 +203,20 @@ def test_gradients_ignore_the_upstream_of_queries_that_cannot_see(case, seed, sp
     cut = min(case.tq - 1, int(split * case.tq))
     assume(cut > 0)  # one query or none changed: nothing to compare
     q, k, v, sinks = leaves(case, device, dtype)
+    kwargs = case.keywords(sinks, device)
     d_out = upstream(case, seed, device, dtype)
     changed = d_out.clone()
     changed[:, :, :cut] = noise_like(changed[:, :, :cut], seed + 1)
-    before = backward(q, k, v, sinks, d_out, case.window)
-    after = backward(q, k, v, sinks, changed, case.window)
-    seen = mask_oracle(case.tq, case.tk, True, case.window)
-    untouched = (~seen[:cut].any(dim=0)).to(device)  # keys none of the first `cut` queries sees
+    before = backward(q, k, v, d_out, **kwargs)
+    after = backward(q, k, v, changed, **kwargs)
+    seen = declared_mask(q, k, **kwargs)[:, :, :cut].any(dim=2)  # (B, Hq, Tk): seen by the first `cut`
+    group = seen.view(case.batch, case.n_kv_heads, case.group, case.tk).any(dim=2)
+    untouched = (~group).to(device)  # (B, Hkv, Tk): keys none of the first `cut` queries of a group sees
     what = f"after dO of queries 0..{cut - 1} changed ({shape_of(case)})"
     assert_exactly_equal(after[0][:, :, cut:], before[0][:, :, cut:], f"dQ of queries {cut}.. {what}")
-    keys = torch.nonzero(untouched).flatten().tolist()
+    keys = torch.nonzero(untouched.any(dim=(0, 1))).flatten().tolist()
     for name, i in (("dK", 1), ("dV", 2)):
-        assert_exactly_equal(
-            after[i][:, :, untouched], before[i][:, :, untouched], f"{name} of keys {keys} {what}"
-        )
+        assert_exactly_equal(after[i][untouched], before[i][untouched], f"{name} of keys {keys} {what}")
 
 
 # --- GRAD-1: gradcheck, with whatever the target supports ----------------------------------------
@@ -240,12 +242,9 @@ def test_gradcheck(seed, window, tq, use_sinks, scale, device):
     case = fit_to_target(AttnCase(1, 4, 2, tq, 4, 3, 2, window, use_sinks, seed=seed))
     q, k, v, sinks = leaves(case, device, torch.float64)
     scale = scale if TARGET.supports("scale") else None
-    extra = {} if scale is None else {"scale": scale}
 
     def attention(q, k, v, *sink):
-        return TARGET.attention(
-            q, k, v, causal=True, window=case.window, sinks=sink[0] if sink else None, **extra
-        )
+        return TARGET.attention(q, k, v, **case.keywords(sink[0] if sink else None, device, scale=scale))
 
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     assert torch.autograd.gradcheck(attention, inputs), f"gradcheck failed ({shape_of(case)}, scale={scale})"

@@ -46,10 +46,14 @@ from attnspec.properties.pytest_helpers import (
     assert_rounded_once,
     rounded_once_excess,
 )
-from attnspec.properties.references import sink_probability
+from attnspec.properties.references import (
+    declared_attention_by_rows,
+    declared_mask,
+    seen_keys,
+    sink_probability,
+)
 from attnspec.properties.skips import require_dtype
 from attnspec.properties.targets import current
-from attnspec.specs.oracle import attention_oracle_by_rows, mask_oracle
 from attnspec.specs.tolerance import golden_bound
 
 TARGET = current()
@@ -68,16 +72,11 @@ DECODE = fit_to_target(AttnCase(1, 4, 2, 1, LONGEST, 4, 4, None, True, seed=9))
 OFF_GRID = fit_to_target(AttnCase(1, 2, 2, B + 1, B + 1 + max(1, B // 2), 4, 4, None, False, seed=10))
 
 
-def conventions(case: AttnCase, sinks) -> dict:
-    """The keywords of a causal call for ``case`` (the kernel properties are all causal)."""
-    return dict(causal=True, window=case.window, sinks=sinks)
-
-
 def oracle_pair(q, k, v, dtype: torch.dtype, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the float64 oracle, the oracle run in ``dtype``) from the same inputs: the tolerance policy's
-    golden and ref_lowp (specs/tolerance.py)."""
-    golden = attention_oracle_by_rows(q, k, v, **kwargs)
-    return golden, golden if dtype == torch.float64 else attention_oracle_by_rows(
+    """(the float64 oracle, the oracle run in ``dtype``) from the same inputs, under the declaration:
+    the tolerance policy's golden and ref_lowp (specs/tolerance.py)."""
+    golden = declared_attention_by_rows(q, k, v, **kwargs)
+    return golden, golden if dtype == torch.float64 else declared_attention_by_rows(
         q, k, v, dtype=dtype, **kwargs
     )
 
@@ -126,9 +125,9 @@ def shape_of(case: AttnCase) -> str:
 def test_lengths_around_the_block_sizes_match_the_oracle(dtype, case, device):
     require_dtype(dtype, device)
     q, k, v, sinks = case.make(device, dtype)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"output at block-boundary lengths vs the oracle ({shape_of(case)}, {dtype})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-1")
@@ -139,9 +138,9 @@ def test_a_few_queries_over_many_keys_match_the_oracle(case, device):
     # Decode: kernels switch to a split-keys path for a query or two over a long cache, and combine
     # the parts' statistics at the end (the sink once).
     q, k, v, sinks = case.make(device, PRECISE)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"decode output vs the oracle ({shape_of(case)})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-1")
@@ -153,13 +152,13 @@ def test_the_last_queries_alone_give_the_last_rows(case, data, device):
     q, k, v, sinks = case.make(device, PRECISE)
     on_boundaries = [m for m in boundary_lengths(TARGET) if m <= case.tq]
     n = data.draw(st.one_of(st.integers(1, min(3, case.tq)), st.sampled_from(on_boundaries)), label="n")
-    whole = sdpa(q, k, v, **conventions(case, sinks))[:, :, case.tq - n :]
-    alone = sdpa(q[:, :, case.tq - n :].contiguous(), k, v, **conventions(case, sinks))  # as every input
-    golden, ref = oracle_pair(q[:, :, case.tq - n :], k, v, PRECISE, **conventions(case, sinks))
+    whole = sdpa(q, k, v, **case.keywords(sinks, device))[:, :, case.tq - n :]
+    alone = sdpa(q[:, :, case.tq - n :].contiguous(), k, v, **case.keywords(sinks, device))  # contiguous
+    golden, ref = oracle_pair(q[:, :, case.tq - n :], k, v, PRECISE, **case.keywords(sinks, device))
     worst = (alone.double() - whole.double()).abs().nan_to_num(nan=math.inf).max().item()
     bound = 2 * golden_bound(golden, ref, PRECISE)  # each call within its bound of the oracle
     if not worst <= bound:  # with the conditioning term, computed only when it is needed
-        cond = Conditioning(q[:, :, case.tq - n :], k, v, **conventions(case, sinks))
+        cond = Conditioning(q[:, :, case.tq - n :], k, v, **case.keywords(sinks, device))
         bound = 2 * golden_bound(golden, ref, PRECISE, cond.term("out"))
     assert worst <= bound, (
         f"the last {n} of {case.tq} queries over {case.tk} keys alone disagree with the same rows of the "
@@ -177,10 +176,10 @@ def test_wherever_the_largest_logit_falls_the_output_matches_the_oracle(case, st
     # Logits that rise over the keys make the running max grow in every key block (each growth must
     # rescale the sum and the accumulator); falling ones put it in the first block; a spike in any.
     q, k, v, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, PRECISE)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), PRECISE)
     what = f"output with logits that {describe(steering)} vs the oracle ({shape_of(case)}; {rebuild})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-2", "ATTN-1")
@@ -193,8 +192,8 @@ def test_values_constant_over_the_keys_come_out_scaled_by_one_minus_the_sink(cas
     q, k, _, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, PRECISE)
     level = torch.arange(1, case.n_kv_heads + 1, dtype=PRECISE, device=device) * 0.75
     v = level.view(1, -1, 1, 1).expand(case.batch, case.n_kv_heads, case.tk, case.dv).contiguous()
-    out = sdpa(q, k, v, **conventions(case, sinks))
-    golden, ref = oracle_pair(q, k, v, PRECISE, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
+    golden, ref = oracle_pair(q, k, v, PRECISE, **case.keywords(sinks, device))
     sink = "1 - p_sink" if sinks is not None else "1"
     rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), PRECISE)
     what = f"output for values constant over the keys ({sink} times the value; {shape_of(case)}; {rebuild})"
@@ -210,10 +209,11 @@ def test_every_output_lies_between_the_least_and_largest_value_it_may_see(case, 
     # too large or too small, a leaked key or a lost block pushes it out of that range.
     q, k, v, sinks = case.make(device, PRECISE)
     v = v.abs() + 0.5
-    out = sdpa(q, k, v, **conventions(case, sinks)).detach().cpu().double()
-    allowed = mask_oracle(case.tq, case.tk, window=case.window)
+    kwargs = case.keywords(sinks, device)
+    out = sdpa(q, k, v, **kwargs).detach().cpu().double()
+    allowed = seen_keys(q, k, **kwargs)  # (B, Hq, Tq, Tk)
     seen = v.detach().cpu().double()[:, torch.arange(case.n_heads) // case.group, None]  # (B, Hq, 1, Tk, dv)
-    hidden = ~allowed[None, None, :, :, None]
+    hidden = ~allowed[..., None]
     keep = 1 - sink_probability(q, k, sinks, allowed)[..., None]  # (B, Hq, Tq, 1)
     least = seen.masked_fill(hidden, math.inf).amin(dim=-2) * keep
     largest = seen.masked_fill(hidden, -math.inf).amax(dim=-2) * keep
@@ -241,9 +241,9 @@ def test_a_causal_diagonal_inside_key_blocks_matches_the_oracle(case, device):
     # Tk - Tq on no block multiple: the diagonal of a query block runs through the middle of its key
     # blocks, two of which may need the mask, not only the last.
     q, k, v, sinks = case.make(device, PRECISE)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"output with the causal diagonal inside key blocks vs the oracle ({shape_of(case)})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-3", "MASK-2")
@@ -256,30 +256,37 @@ def test_window_edges_inside_key_blocks_match_the_oracle(case, w, device):
     # block must stay neutral, not turn NaN).
     case = replace(case, window=w)
     q, k, v, sinks = case.make(device, PRECISE)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"output with a window of {w} over key blocks vs the oracle ({shape_of(case)})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-3", "ATTN-2")
-@pytest.mark.needs("window", "decode")
 @given(case=kernel_cases(), seed=seeds, data=st.data())
 def test_keys_no_query_may_see_change_nothing(case, seed, data, device):
-    # With Tq < Tk and a window of W <= Tk - Tq, keys 0 .. Tk-Tq-W lie before every query's window: no
-    # query sees them, so whatever they hold, however extreme, the output is bitwise the same.  A
-    # kernel that lets them into its running max (the max taken before the mask) or its sums fails.
-    case = replace(case, tk=case.tk + 1) if case.tk == 1 else case
-    case = replace(case, tq=min(case.tq, case.tk - 1))
-    case = replace(case, window=data.draw(st.integers(1, case.tk - case.tq), label="window"))
-    hidden = case.tk - case.tq - case.window + 1
+    # Keys no query may see (with Tq < Tk and a window of W <= Tk - Tq, keys 0 .. Tk-Tq-W lie before every
+    # query's window; earlier documents lie outside the last queries' own; a mask_mod may hide keys from
+    # every query): whatever they hold, however extreme, the output is bitwise the same.  A kernel that
+    # lets them into its running max (the max taken before the mask) or its sums fails.
+    hides = TARGET.supports("window", "decode") or TARGET.supports("documents") or TARGET.mask_mod is not None
+    if not hides:
+        pytest.skip(f"--impl {TARGET.name} hides no key from every query: it lacks: window, decode")
+    if TARGET.supports("decode"):  # fewer queries than keys: the earliest keys are behind them all
+        case = replace(case, tk=case.tk + 1) if case.tk == 1 else case
+        case = replace(case, tq=min(case.tq, case.tk - 1))
+    if TARGET.supports("window", "decode"):
+        case = replace(case, window=data.draw(st.integers(1, case.tk - case.tq), label="window"))
     q, k, v, sinks = case.make(device, PRECISE)
-    kwargs = conventions(case, sinks)
+    kwargs = case.keywords(sinks, device)
+    seen = declared_mask(q, k, **kwargs).any(dim=2)  # (B, Hq, Tk): a key some query of a head sees
+    hidden = ~seen.view(case.batch, case.n_kv_heads, case.group, case.tk).any(dim=2)  # (B, Hkv, Tk)
     out = sdpa(q, k, v, **kwargs)
-    k2, v2 = k.clone(), v.clone()
-    k2[:, :, :hidden] = noise_like(k2[:, :, :hidden], seed) * 1e3
-    v2[:, :, :hidden] = noise_like(v2[:, :, :hidden], seed + 1) * 1e6
+    where = hidden[..., None].to(device)
+    k2 = torch.where(where, noise_like(k, seed) * 1e3, k)
+    v2 = torch.where(where, noise_like(v, seed + 1) * 1e6, v)
     changed = sdpa(q, k2, v2, **kwargs)
-    what = f"outputs after changing keys 0..{hidden - 1}, which no query sees ({shape_of(case)})"
+    keys = torch.nonzero(hidden.any(dim=(0, 1))).flatten().tolist()
+    what = f"outputs after changing keys {keys}, which no query sees ({shape_of(case)})"
     assert_exactly_equal(changed, out, what)
 
 
@@ -293,9 +300,9 @@ def test_extreme_keys_behind_the_diagonal_do_not_leak(case, seed, device):
     last = max(0, case.tk - SIZES[0])
     k[:, :, last:] = noise_like(k[:, :, last:], seed) * 8
     v[:, :, last:] = noise_like(v[:, :, last:], seed + 1) * 100
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"output with extreme keys {last}..{case.tk - 1} vs the oracle ({shape_of(case)})"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 # --- KERN-4: numerical range ------------------------------------------------------------------------
@@ -325,11 +332,11 @@ def test_logits_far_beyond_exps_range_match_the_oracle(dtype, case, profile, dat
     size = sizes[-1] if data is None else data.draw(st.sampled_from(sizes), label="size")
     steering = Steering(profile, size, 0.5 if data is None else data.draw(st.floats(0, 1), label="at"))
     q, k, v, sinks = with_dtype_inputs(case, steering, 1 / math.sqrt(case.head_dim), device, dtype)
-    out = sdpa(q, k, v, **conventions(case, sinks))
+    out = sdpa(q, k, v, **case.keywords(sinks, device))
     rebuild = rebuild_line(case, steering, 1 / math.sqrt(case.head_dim), dtype)
     what = f"output with logits that {describe(steering)} vs the oracle ({dtype}, {shape_of(case)})"
     what = f"{what}; {rebuild}"
-    assert_matches_oracle(out, q, k, v, what, **conventions(case, sinks))
+    assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
 
 
 @pytest.mark.req("KERN-4", "SINK-2")
@@ -341,7 +348,7 @@ def test_sinks_far_above_or_below_every_logit_match_the_oracle(case, far, seed, 
     q, k, v, _ = case.make(device, PRECISE)
     signs = torch.where(noise_like(torch.empty(case.n_heads, dtype=torch.float64), seed) < 0, -1.0, 1.0)
     sinks = (signs * far).to(device=device, dtype=PRECISE)  # some heads far above, some far below
-    kwargs = conventions(case, sinks)
+    kwargs = case.keywords(sinks, device)
     out = sdpa(q, k, v, **kwargs)
     what = f"output with sinks at +-{abs(far):g} ({shape_of(case)}) vs the oracle"
     assert_matches_oracle(out, q, k, v, what, **kwargs)
@@ -360,10 +367,13 @@ def test_each_query_head_reads_kv_head_h_div_r_in_every_block(case, r, device):
     q, k, _, _ = replace(case, n_heads=hkv * r).make(device, PRECISE)
     v = torch.arange(1, hkv + 1, dtype=PRECISE, device=device).view(1, hkv, 1, 1)
     v = v.expand(case.batch, hkv, case.tk, case.dv).contiguous()
-    out = sdpa(q, k, v, causal=True, window=case.window)  # Tq <= Tk: every query sees a key
+    kwargs = replace(case, n_heads=hkv * r).keywords(None, device)
+    out = sdpa(q, k, v, **kwargs)
+    sees = seen_keys(q, k, **kwargs).any(dim=-1).to(device)  # (B, Hq, Tq): a row that sees no key is 0
     for h in range(hkv * r):
         got = out[:, h].double()
-        if not torch.allclose(got, torch.full_like(got, h // r + 1), rtol=1e-5, atol=1e-5):
+        label = torch.where(sees[:, h, :, None], float(h // r + 1), 0.0).to(got).expand_as(got)
+        if not torch.allclose(got, label, rtol=1e-5, atol=1e-5):
             raise AssertionError(
                 f"query head {h} of {hkv * r} (r={r}) reads KV head ~{got.mean().item() - 1:.2f}, not "
                 f"{h // r} (h // r), inside the kernel ({shape_of(case)})"

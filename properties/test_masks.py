@@ -292,8 +292,7 @@ def test_a_padding_mask_hides_the_pads_keys(case, seed, real, dtype, causal, dev
     only pads (one before every real token) outputs 0, with or without sinks, causal or not."""
     q, k, v, sinks = case.make(device, dtype)
     padding_mask = padding_masks(case, seed, real, device)
-    window = case.window if causal else None
-    kwargs = dict(causal=causal, window=window, sinks=sinks)
+    kwargs = case.keywords(sinks, device, causal=causal)  # the case's documents too
     out = scaled_dot_product_attention(q, k, v, **kwargs, padding_mask=padding_mask)
     kwargs = dict(kwargs, padding_mask=padding_mask.cpu())
     golden, _ = attention_oracle(q, k, v, **kwargs)

@@ -3,8 +3,10 @@
 The mask is built key by key from the window inequality (visible_keys), each query head is served by
 the KV head its index names (h // group), the softmax is spelled out with its sink column, and RoPE
 and the positions loop over pairs of features; everything in float64 unless another dtype is asked
-for (the tolerance policy runs the oracle in the tested dtype too).  Nothing here imports impl/.
-Weights use the nn.Linear layout: y = x @ W^T with W of shape (out, in).
+for (the tolerance policy runs the oracle in the tested dtype too).  A declared ``score_mod`` changes
+each scaled logit before the mask, a declared ``mask_mod`` is the whole mask, and ``document_ids``
+hide every key of another document (specs/mods.py: FlexAttention's vocabulary).  Nothing here
+imports impl/.  Weights use the nn.Linear layout: y = x @ W^T with W of shape (out, in).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .mods import mask_values, same_document, score_slopes
 
 GOLDEN = torch.float64
 
@@ -39,13 +43,46 @@ def _on_cpu(q, k, v, scale: float | None, dtype: torch.dtype):
     return q, k, v, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
-def _visible(q, k, causal: bool, window: int | None, padding_mask) -> torch.Tensor:
-    """(B, Tq, Tk) 'may attend' from visible_keys, key by key, and the padding mask's real keys."""
-    batch, tq, tk = q.shape[0], q.shape[2], k.shape[2]
-    seen = mask_oracle(tq, tk, causal, window).expand(batch, tq, tk)
+def visible(
+    batch: int,
+    n_heads: int,
+    tq: int,
+    tk: int,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    mask_mod=None,
+    document_ids: torch.Tensor | None = None,
+    padding_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(B, Hq, Tq, Tk) 'may attend': the declared ``mask_mod`` where there is one (it is the whole
+    mask: ``causal`` and ``window`` do not apply), else visible_keys; then only keys of the query's own
+    document (``document_ids`` (B, Tk)) and real tokens' keys (``padding_mask`` (B, Tk))."""
+    if mask_mod is not None:
+        seen = mask_values(mask_mod, batch, n_heads, tq, tk)
+    else:
+        seen = mask_oracle(tq, tk, causal, window).expand(batch, n_heads, tq, tk)
+    if document_ids is not None:
+        seen = seen & same_document(document_ids, tq)[:, None]
     if padding_mask is not None:
-        seen = seen & padding_mask.detach().cpu().bool()[:, None, :]
+        seen = seen & padding_mask.detach().cpu().bool()[:, None, None, :]
     return seen
+
+
+def _visible(q, k, causal: bool, window: int | None, padding_mask=None, mask_mod=None, document_ids=None):
+    """visible() for the problem of q (B, Hq, Tq, d) over k (B, Hkv, Tk, d)."""
+    batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    return visible(
+        batch,
+        n_heads,
+        tq,
+        tk,
+        causal=causal,
+        window=window,
+        mask_mod=mask_mod,
+        document_ids=document_ids,
+        padding_mask=padding_mask,
+    )
 
 
 def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -54,17 +91,26 @@ def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
     return t[:, [h // group for h in range(n_heads)]]
 
 
-def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float) -> torch.Tensor:
-    """(B, Hq, Tq, Tk + 1 with sinks) the softmax of each row's logits q_i . k_j * scale over its
-    visible keys (``visible``: (B, Tq, Tk)), the sink last, spelled out: a key it may not see weighs
-    exactly 0, and a row that sees no key, or whose every logit is -inf, weighs 0 everywhere (no output,
-    no gradient)."""
+def _logits(q, k, scale: float, score_mod) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, Hq, Tq, Tk) logits q_i . k_j * scale after ``score_mod``, and the mod's slope d mod / d logit
+    (None without a mod)."""
     keys = _per_query_head(k, q.shape[1])
     if q.dtype == GOLDEN:  # the golden: q_i . k_j as a product of matrices (its rounding is ~1e-16)
         logits = (q @ keys.mT) * scale
     else:  # each logit the sum of its d products, each product rounded in the dtype as it is formed
         logits = (q[:, :, :, None, :] * keys[:, :, None, :, :]).sum(dim=-1) * scale
-    seen = visible[:, None].expand_as(logits)
+    if score_mod is None:
+        return logits, None
+    return score_slopes(score_mod, logits)
+
+
+def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float, score_mod=None) -> torch.Tensor:
+    """(B, Hq, Tq, Tk + 1 with sinks) the softmax of each row's logits (q_i . k_j * scale, through
+    ``score_mod``) over its visible keys (``visible``: (B, Hq, Tq, Tk)), the sink last, spelled out: a
+    key it may not see weighs exactly 0, and a row that sees no key, or whose every logit is -inf,
+    weighs 0 everywhere (no output, no gradient)."""
+    logits, _ = _logits(q, k, scale, score_mod)
+    seen = visible.expand_as(logits)
     if sinks is not None:  # a row's sink counts only when the row sees a key
         sink_logits = sinks.detach().cpu().to(q.dtype)[None, :, None, None].expand(*logits.shape[:3], 1)
         logits = torch.cat([logits, sink_logits], dim=-1)
@@ -87,19 +133,22 @@ def attention_oracle(
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
     padding_mask: torch.Tensor | None = None,
+    score_mod=None,
+    mask_mod=None,
+    document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(q.k * scale + M, sink) v; with
-    ``padding_mask`` (B, Tk) only the keys it marks True are visible (a query left without any
-    visible key outputs 0, whatever its sink).  Each output row sums its visible values one key at a
-    time, in ``dtype``, in key order."""
+    """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(score_mod(q.k * scale) + M, sink) v, M
+    from visible(): ``mask_mod`` or the causal mask and window, ``document_ids``, ``padding_mask``
+    (a query left without any visible key outputs 0, whatever its sink).  Each output row sums its
+    visible values one key at a time, in ``dtype``, in key order."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     tk = k.shape[2]
-    visible = _visible(q, k, causal, window, padding_mask)
-    weights = _softmax_rows(q, k, visible, sinks, scale)[..., :tk]
+    visible = _visible(q, k, causal, window, padding_mask, mask_mod, document_ids)
+    weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., :tk]
     values = _per_query_head(v, q.shape[1])
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
     for j in range(tk):
-        out += torch.where(visible[:, None, :, j, None], weights[..., j, None] * values[:, :, None, j], 0.0)
+        out += torch.where(visible[:, :, :, j, None], weights[..., j, None] * values[:, :, None, j], 0.0)
     return out, weights
 
 
@@ -113,11 +162,15 @@ def attention_oracle_by_rows(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
+    score_mod=None,
+    mask_mod=None,
+    document_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The output of attention_oracle, each row's weighted values summed at once instead of one key at
     a time (in float64 as a product of matrices): the same formula for sequences of hundreds of keys."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    weights = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)[..., : k.shape[2]]
+    visible = _visible(q, k, causal, window, None, mask_mod, document_ids)
+    weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., : k.shape[2]]
     values = _per_query_head(v, q.shape[1])
     if dtype == GOLDEN:
         return weights @ values
@@ -135,21 +188,28 @@ def attention_grad_oracle(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
+    score_mod=None,
+    mask_mod=None,
+    document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(dq, dk, dv, dsinks) of the loss sum(out * d_out), from the derivative of the formula: with p a
     row's probabilities over its visible keys (and its sink), out_i = sum_j p_j v_j,
     dp_j = d_out_i . v_j and D_i = sum_j p_j dp_j = d_out_i . out_i,
 
-        dv_j += p_j d_out_i     ds_j = p_j (dp_j - D_i)     dq_i += scale sum_j ds_j k_j
+        dv_j += p_j d_out_i     ds_j = p_j (dp_j - D_i) f'_j     dq_i += scale sum_j ds_j k_j
         dk_j += scale ds_j q_i  dsink_h -= p_sink D_i
 
-    KV head g gathers the gradients of every query head it serves, and dv, dk and dsinks gather them
-    one query row at a time, in the dtype; a row that sees nothing adds 0."""
+    where f'_j is the slope of the declared ``score_mod`` at logit j (1 without one: specs/mods.py
+    takes it by autograd in the dtype).  KV head g gathers the gradients of every query head it serves,
+    and dv, dk and dsinks gather them one query row at a time, in the dtype; a row that sees nothing
+    adds 0."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     d_out = d_out.detach().cpu().to(dtype)
     tk, tq, n_heads = k.shape[2], q.shape[2], q.shape[1]
     group = n_heads // k.shape[1]
-    rows = _softmax_rows(q, k, _visible(q, k, causal, window, None), sinks, scale)
+    visible = _visible(q, k, causal, window, None, mask_mod, document_ids)
+    rows = _softmax_rows(q, k, visible, sinks, scale, score_mod)
+    slopes = None if score_mod is None else _logits(q, k, scale, score_mod)[1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dsinks = None if sinks is None else torch.zeros(n_heads, dtype=dtype)
     for h in range(n_heads):
@@ -159,6 +219,8 @@ def attention_grad_oracle(
         dp = (v[:, g, None] * d_out[:, h, :, None, :]).sum(dim=-1)  # (B, Tq, Tk)
         big_d = (d_out[:, h] * out).sum(dim=-1, keepdim=True)  # (B, Tq, 1)
         ds = p * (dp - big_d)
+        if slopes is not None:  # through the score_mod, back to the scaled logit (a hidden key adds 0)
+            ds = torch.where(p > 0, ds * slopes[:, h], 0.0)
         dq[:, h] = scale * (ds[..., None] * k[:, g, None]).sum(dim=2)
         for i in range(tq):
             dv[:, g] += p[:, i, :, None] * d_out[:, h, i, None, :]
@@ -384,18 +446,24 @@ def attention_layer_oracle(
     residual: bool = False,
     gqa: str = "grouped",
     dtype: torch.dtype = GOLDEN,
+    score_mod=None,
+    mask_mod=None,
     **qkv,
 ) -> torch.Tensor:
     """Wo . attn(RoPE(q), RoPE(k), v) (+ bo), plus x when the layer has a residual; ``qkv`` are the
     keywords of layer_qkv_oracle (matrices, biases, pre-norm, head_dim, RoPE or none, offset, base,
-    pairs, angles).
+    pairs, angles); ``score_mod`` and ``mask_mod`` modify the attention's scaled logits and mask
+    (specs/mods.py) at the positions the attention oracle numbers its T tokens with, 0 .. T-1, whatever
+    the offset: mods that depend on distances only, as impl's do.
 
     ``gqa="tiled"`` lets query head h read KV head h % Hkv (like k.repeat): not attnspec's
     convention, there to name the convention a target follows when it fails."""
     q, k, v = layer_qkv_oracle(x, n_heads=n_heads, n_kv_heads=n_kv_heads, dtype=dtype, **qkv)
     if gqa == "tiled":
         k, v = k.repeat(1, n_heads // n_kv_heads, 1, 1), v.repeat(1, n_heads // n_kv_heads, 1, 1)
-    attn, _ = attention_oracle(q, k, v, window=window, sinks=sinks, dtype=dtype)
+    attn, _ = attention_oracle(
+        q, k, v, window=window, sinks=sinks, dtype=dtype, score_mod=score_mod, mask_mod=mask_mod
+    )
     merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
     out = merged @ wo.detach().cpu().to(dtype).T
     if bo is not None:
@@ -418,8 +486,10 @@ def attention_block_oracle(
     offset: int = 0,
     base: float = 10000.0,
     dtype: torch.dtype = GOLDEN,
+    score_mod=None,
 ) -> torch.Tensor:
-    """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix."""
+    """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix; ``score_mod``
+    as in attention_layer_oracle."""
     return attention_layer_oracle(
         x,
         **split_w_qkv(w_qkv, n_heads, n_kv_heads, head_dim),
@@ -435,4 +505,5 @@ def attention_block_oracle(
         offset=offset,
         base=base,
         dtype=dtype,
+        score_mod=score_mod,
     )

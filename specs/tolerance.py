@@ -20,7 +20,8 @@ import math
 
 import torch
 
-from .oracle import mask_oracle
+from .mods import score_slopes
+from .oracle import visible
 
 FUDGE = 4.0
 FLOOR = {
@@ -67,6 +68,9 @@ def attention_conditioning(
     sinks: torch.Tensor | None = None,
     scale: float | None = None,
     dtype: torch.dtype = torch.float32,
+    score_mod=None,
+    mask_mod=None,
+    document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(output term (B, Hq, Tq, dv), weights term (B, Hq, Tq, Tk), the largest |logit| a query sees):
     how far a correct formulation that scores in ``dtype`` may be from the float64 oracle because it
@@ -83,7 +87,15 @@ def attention_conditioning(
         |d p_ij| <= p_ij (delta_ij + sum_l p_il delta_il)
 
     both doubled for the second order and for exp (or exp2) itself.  Nothing here depends on the order
-    of the summations, which ref_lowp and the floor price in."""
+    of the summations, which ref_lowp and the floor price in.
+
+    A declared ``score_mod`` f (specs/mods.py) carries a logit's error through its slope and rounds
+    on its own: the modified logit s' = f(s) may be off by
+
+        |f'(s)| (delta_ij + u |s_ij|) + u LOGIT_ROUNDINGS (|s'_ij| + |s'_ij - s_ij|)
+
+    (the division inside a soft-cap's tanh, a bias computed and added in the dtype); the mask is the
+    declaration's (``mask_mod``, ``document_ids``)."""
     u = torch.finfo(dtype).eps / 2
     q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
     batch, n_heads, tq, head_dim = q.shape
@@ -93,7 +105,14 @@ def attention_conditioning(
     k, v = k[:, heads], v[:, heads]
     s = (q @ k.transpose(-2, -1)) * scale
     delta = u * (LOGIT_ROUNDINGS * s.abs() + q.abs() @ k.abs().transpose(-2, -1) * abs(scale))
-    allowed = mask_oracle(tq, tk, causal, window)
+    if score_mod is not None:
+        modified, slope = score_slopes(score_mod, s)
+        own = u * LOGIT_ROUNDINGS * (modified.abs() + (modified - s).abs())
+        delta, s = slope.abs() * (delta + u * s.abs()) + own, modified
+    allowed = visible(
+        batch, n_heads, tq, tk, causal=causal, window=window, mask_mod=mask_mod, document_ids=document_ids
+    )
+    allowed = allowed & (s > -math.inf)  # a score_mod may hide a key with -inf too
     logits = s.masked_fill(~allowed, -math.inf)
     if sinks is not None:
         sink = sinks.detach().cpu().to(torch.float64).view(1, n_heads, 1, 1).expand(batch, n_heads, tq, 1)

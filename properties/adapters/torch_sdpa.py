@@ -37,11 +37,21 @@ def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None):
     allowed = allowed_keys(tq, tk, window, q.device) if causal else torch.ones(tq, tk, dtype=torch.bool)
     if sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=gqa)
-    mask = torch.zeros(q.shape[1], tq, tk + 1, dtype=q.dtype, device=q.device)
-    mask[:, :, :tk].masked_fill_(~allowed.to(q.device), -math.inf)
-    mask[:, :, tk] = sinks.to(q.dtype)[:, None]
-    k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
-    v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+    mask = torch.zeros(tq, tk, dtype=q.dtype, device=q.device).masked_fill(~allowed.to(q.device), -math.inf)
+    return float_mask_attention(q, k, v, mask, sinks=sinks, scale=scale)
+
+
+def float_mask_attention(q, k, v, mask: torch.Tensor, *, sinks=None, scale=None):
+    """SDPA with an additive float ``mask`` (Tq, Tk) or (B, Hq, Tq, Tk), -inf where a key is hidden, and
+    ``sinks`` as one extra all-zero key and value whose mask column holds the sink logit."""
+    batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    gqa = n_heads != k.shape[1]
+    mask = mask.to(device=q.device, dtype=q.dtype).expand(batch, n_heads, tq, tk)
+    if sinks is not None:
+        sink_column = sinks.to(device=q.device, dtype=q.dtype).view(1, n_heads, 1, 1)
+        mask = torch.cat([mask, sink_column.expand(batch, n_heads, tq, 1)], dim=-1)
+        k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+        v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 

@@ -65,10 +65,22 @@ def test_an_interleaved_layer_declared_reports_parameters_of_the_half_split_orac
     torch.testing.assert_close(layer.forward(x, 0), golden)
 
 
+def declaration_problems(conventions=(), capabilities=(), **mods) -> list[str]:
+    declaring = {"conventions": frozenset(conventions), "capabilities": frozenset(capabilities), **mods}
+    return declared.problems(replace(broken_targets.TARGET, **declaring))
+
+
 def test_unknown_or_contradictory_declarations_are_refused():
-    assert "unknown convention 'alibi'" in declared.problems(frozenset({"alibi"}), frozenset())[0]
-    assert "exclude each other" in declared.problems(frozenset({"top-left"}), frozenset({"blind"}))[0]
-    assert declared.problems(frozenset(declared.DECLARABLE) - {"top-left"}, frozenset({"blind"})) == []
+    assert "unknown convention 'alibi'" in declaration_problems({"alibi"})[0]
+    assert "exclude each other" in declaration_problems({"top-left"}, {"blind"})[0]
+    assert declaration_problems(set(declared.DECLARABLE) - {"top-left"}, {"blind", "gqa"}) == []
+    assert "without the 'gqa' capability" in declaration_problems({"gqa-tile"})[0]
+    everything = lambda b, h, q_idx, kv_idx: q_idx >= 0  # noqa: E731
+    clash = declaration_problems({"top-left"}, {"window", "non_causal"}, mask_mod=everything)
+    assert "a mask_mod is the whole mask: non_causal, top-left, window" in clash[0], clash
+    short = torch.zeros(2)  # a bias table shorter than the keys
+    broken = declaration_problems(score_mod=lambda score, b, h, q_idx, kv_idx: score + short[kv_idx])
+    assert "cannot be evaluated on an index grid: IndexError" in broken[0], broken
 
 
 @pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE"])

@@ -19,8 +19,11 @@ from attnspec.properties.patching import module_attributes
 pytestmark = pytest.mark.needs("impl")
 
 
-def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None, padding_mask=None):
-    """impl's tiled path with the bug: each tile's key band ends one key after its last query."""
+def band_one_key_late(
+    q, k, v, *, window=None, sinks=None, scale=None, padding_mask=None, document_ids=None, **logits
+):
+    """impl's tiled path with the bug: each tile's key band ends one key after its last query (``logits``:
+    the soft-cap and ALiBi slopes, passed on)."""
     tq, tk = q.shape[2], k.shape[2]
     first = tk - tq  # the absolute position of query 0
     tiles = []
@@ -29,6 +32,7 @@ def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None, padding_m
         lo = 0 if window is None else max(0, first + start - window + 1)
         hi = min(first + stop + 1, tk)  # one key late: the correct band ends at first + stop
         pads = None if padding_mask is None else padding_mask[:, lo:hi]
+        documents = None if document_ids is None else document_ids[:, lo:hi]
         tile, _ = impl_attention.explicit_attention(
             q[:, :, start:stop],
             k[:, :, lo:hi],
@@ -37,6 +41,8 @@ def band_one_key_late(q, k, v, *, window=None, sinks=None, scale=None, padding_m
             sinks=sinks,
             scale=scale,
             padding_mask=pads,
+            document_ids=documents,
+            **logits,
         )
         tiles.append(tile)
     return torch.cat(tiles, dim=2)
