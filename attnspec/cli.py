@@ -120,10 +120,12 @@ def check(args: argparse.Namespace) -> int:
     print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
     print("\n".join(report.capability_lines(target)))
     if report.failed_tests and not target.supports("impl"):
+        from attnspec.properties.declared import declaration
         from attnspec.properties.diagnosis import target_diagnosis
 
         diagnosis = target_diagnosis(target, args.device)
-        print(f"diagnosis: {diagnosis}" if diagnosis else NO_DIAGNOSIS)
+        under = f" (checked under its declaration: {declaration(target)})" if declaration(target) else ""
+        print(f"diagnosis: {diagnosis}" if diagnosis else NO_DIAGNOSIS + under)
     if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: what ran is no verdict on the target
         so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
         print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")

@@ -89,17 +89,28 @@ def problems(target: Target) -> list[str]:
     return found
 
 
+# The most query heads a property draws (GQA groups of up to 3 KV heads and 3 or 4 query heads each).
+MOST_HEADS = 12
+
+
 def _mod_problems(target: Target) -> list[str]:
-    """A mod that raises on a small index grid, whatever form it is called in (specs/mods.py)."""
-    found = []
-    try:
-        if target.mask_mod is not None:
-            mask_values(target.mask_mod, 1, 2, 3, 4)
-        if target.score_mod is not None:
-            score_values(target.score_mod, torch.zeros(1, 2, 3, 4, dtype=torch.float64))
-    except ModError as error:
-        found.append(str(error))
-    return found
+    """A mod that raises on a small index grid, whatever form it is called in (specs/mods.py), or on as
+    many heads as the kit may hand the target (a per-head table too short: declare ``heads``)."""
+    for n_heads in (2, max(target.heads) if target.heads else MOST_HEADS):
+        for kind, mod in (("mask_mod", target.mask_mod), ("score_mod", target.score_mod)):
+            try:
+                if kind == "mask_mod" and mod is not None:
+                    mask_values(mod, 1, n_heads, 3, 4)
+                elif mod is not None:
+                    score_values(mod, torch.zeros(1, n_heads, 3, 4, dtype=torch.float64))
+            except ModError as error:
+                if n_heads == 2:
+                    return [f"its {kind} {error}"]
+                return [
+                    f"its {kind} {error}, with {n_heads} query heads: mods that read a per-head table "
+                    "declare the query head counts the target takes (OBJ.heads = (8,), say)"
+                ]
+    return []
 
 
 def translated(target: Target) -> Target:

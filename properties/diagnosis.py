@@ -75,8 +75,9 @@ def _randn(*shape: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
 
 def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
     d = target.head_size(4)
-    q = _randn(1, probe.n_heads, probe.tq, d, seed=1, dtype=dtype)
-    k, v = (_randn(1, probe.n_kv_heads, probe.tk, d, seed=seed, dtype=dtype) for seed in (2, 3))
+    n_heads, n_kv_heads = target.head_counts(probe.n_heads, probe.n_kv_heads)
+    q = _randn(1, n_heads, probe.tq, d, seed=1, dtype=dtype)
+    k, v = (_randn(1, n_kv_heads, probe.tk, d, seed=seed, dtype=dtype) for seed in (2, 3))
     keywords = {**KEYWORDS, "window": probe.window}  # as the properties call it
     if probe.documents is not None:
         ids = [n for n, length in enumerate(probe.documents) for _ in range(length)]

@@ -222,12 +222,15 @@ def distinct_attn_cases(draw: st.DrawFn, *, windows: bool = True, sinks: bool = 
 def fit_to_target(case: AttnCase) -> AttnCase:
     """The case without what the implementation under test does not support (--impl): one KV
     head per query head without "gqa", Tq = Tk without "decode", dv = d without "value_dim", no
-    window, no sinks, no documents, head sizes among its declared ``head_dims``."""
+    window, no sinks, no documents, head sizes among its declared ``head_dims``, head counts among its
+    declared ``heads``."""
     target = current()
     head_dim = target.head_size(case.head_dim)
+    n_heads, n_kv_heads = target.head_counts(case.n_heads, case.n_kv_heads)
     return replace(
         case,
-        n_kv_heads=case.n_kv_heads if target.supports("gqa") else case.n_heads,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads if target.supports("gqa") else n_heads,
         tq=case.tq if target.supports("decode") else case.tk,
         head_dim=head_dim,
         dv=target.head_size(case.dv) if target.supports("value_dim") else head_dim,

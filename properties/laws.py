@@ -35,18 +35,23 @@ def probe_length(target: Target) -> int:
     return max(boundary_lengths(target)) + 8
 
 
+def _heads(target: Target) -> int:
+    """The query heads of the probe: HEADS, or the most the target declares it takes."""
+    return max(target.heads) if target.heads else HEADS
+
+
 def _mask(target: Target, length: int) -> torch.Tensor | None:
     """(B, H, T, T) of the target's mask_mod over a square problem, or None without one."""
     if target.mask_mod is None:
         return None
-    return mask_values(target.mask_mod, BATCH, HEADS, length, length)
+    return mask_values(target.mask_mod, BATCH, _heads(target), length, length)
 
 
 def _scores(target: Target, length: int) -> list[torch.Tensor]:
     """The target's score_mod at each constant score of PROBE_SCORES, (B, H, T, T) each."""
     if target.score_mod is None:
         return []
-    shape = (BATCH, HEADS, length, length)
+    shape = (BATCH, _heads(target), length, length)
     return [score_values(target.score_mod, torch.full(shape, s, dtype=torch.float64)) for s in PROBE_SCORES]
 
 
@@ -106,6 +111,21 @@ def _head_free_problem(target: Target, length: int) -> str | None:
     return None
 
 
+def _hidden_keys_problem(target: Target, length: int) -> str | None:
+    """Some case the kit draws has a key no query sees: a window over a decode step, documents, or a
+    mask_mod that hides keys from the last few queries (or from every query of a square problem)."""
+    if target.mask_mod is None:
+        if target.supports("window", "decode") or target.supports("documents"):
+            return None
+        return f"--impl {target.name} lacks: window, decode"
+    queries = (1, 3, length) if target.supports("decode") else (length,)
+    for tq in queries:
+        mask = mask_values(target.mask_mod, BATCH, _heads(target), tq, length)
+        if bool((~mask.any(dim=2)).any()):
+            return None
+    return f"its mask_mod {mod_name(target.mask_mod)} shows every key to some query"
+
+
 def _plain_scores_problem(target: Target, length: int) -> str | None:
     if target.score_mod is None:
         return None
@@ -127,6 +147,7 @@ LAWS: dict[str, tuple[str, Callable[[Target, int], str | None]]] = {
     "relative": ("scores and mask depend on q_idx - kv_idx alone", _relative_problem),
     "permutable": ("every query sees every key, with scores that ignore positions", _permutable_problem),
     "head_free": ("scores and mask ignore the head index", _head_free_problem),
+    "hidden_keys": ("some key is hidden from every query", _hidden_keys_problem),
     "plain_scores": ("the logits are q.k * scale, with no score_mod", _plain_scores_problem),
     "additive": ("the score_mod adds a bias to the logit (a float mask carries it)", _additive_problem),
 }

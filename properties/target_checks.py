@@ -62,11 +62,12 @@ def _raised_at(frames: traceback.StackSummary) -> str | None:
 
 def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:
     """(B, Hq, Hkv, Tq, Tk, d, dv) of the probe: sizes that differ wherever the target lets them."""
-    n_heads = 6 if target.supports("gqa") else 2
+    n_heads, n_kv_heads = target.head_counts(6 if target.supports("gqa") else 2, 2)
+    n_kv_heads = n_kv_heads if target.supports("gqa") else n_heads
     tq = 3 if target.supports("decode") else 5
     d = target.head_size(4)
     dv = target.head_size(7) if target.supports("value_dim") else d
-    return 1, n_heads, 2, tq, 5, d, dv
+    return 1, n_heads, n_kv_heads, tq, 5, d, dv
 
 
 def target_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:

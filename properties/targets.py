@@ -202,6 +202,9 @@ class Target:
     # The oracle, the strategies and the laws the properties check follow them (properties/declared.py).
     score_mod: Callable | None = None
     mask_mod: Callable | None = None
+    # The query head counts it takes, as a model whose mods read a per-head table (ALiBi's slopes, T5's
+    # buckets) does; empty: any.  Every case the kit draws has one of them (head_counts).
+    heads: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -215,7 +218,7 @@ class Target:
             raise ValueError(
                 f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
             )
-        for field in ("blocks", "switches", "head_dims"):
+        for field in ("blocks", "switches", "head_dims", "heads"):
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
@@ -255,6 +258,17 @@ class Target:
         if not self.head_dims or n in self.head_dims:
             return n
         return sorted(self.head_dims)[(n - 1) % len(self.head_dims)]
+
+    def head_counts(self, n_heads: int, n_kv_heads: int) -> tuple[int, int]:
+        """(Hq, Hkv) the target takes for drawn ones: Hq itself or one of its declared ``heads`` (spread
+        over them as Hq varies), and Hkv, a divisor of it, the drawn one where it divides Hq."""
+        if not self.heads or n_heads in self.heads:
+            hq = n_heads
+        else:
+            hq = sorted(self.heads)[(n_heads - 1) % len(self.heads)]
+        divisors = [g for g in range(1, hq + 1) if hq % g == 0]
+        hkv = n_kv_heads if n_kv_heads in divisors else divisors[(n_kv_heads - 1) % len(divisors)]
+        return hq, hkv
 
     def layer_width(self, n_heads: int, head_dim: int, drawn: int) -> int:
         """d_model of a LayerSpec with these heads: ``drawn``, or n_heads * head_dim for a layer
@@ -301,6 +315,7 @@ def as_target(name: str, obj: object) -> Target:
         bool(getattr(obj, "tied_width", False)),
         score_mod=getattr(obj, "score_mod", None),
         mask_mod=getattr(obj, "mask_mod", None),
+        heads=tuple(getattr(obj, "heads", ())),
     )
 
 
@@ -359,7 +374,7 @@ def load(name: str) -> Target:
     target = as_target(name, obj)
     problems = declared.problems(target)
     if problems:
-        raise ValueError(f"{name}: " + "; ".join(problems))
+        raise ValueError("; ".join(problems))
     return declared.translated(target)
 
 

@@ -302,13 +302,16 @@ def test_unit_variance_inputs_give_unit_variance_scores(head_dim, device):
     # N iid D's has relative standard deviation sqrt((2 + 6/d) / N) (D's excess kurtosis is 6/d);
     # the bound is 5 of those, on a fixed seed: deterministic, no flakes.
     n = 4096
+    heads = TARGET.head_counts(n, n)[0]  # N heads, or batches of the head count a target declares
+    shape = (n // heads, heads, 2, head_dim)
     gen = torch.Generator().manual_seed(20240611 + head_dim)
-    q = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
-    k = torch.randn(1, n, 2, head_dim, generator=gen, dtype=torch.float64).to(device, PRECISE)
-    v = torch.zeros(1, n, 2, head_dim, dtype=PRECISE, device=device)
+    q = torch.randn(*shape, generator=gen, dtype=torch.float64).to(device, PRECISE)
+    k = torch.randn(*shape, generator=gen, dtype=torch.float64).to(device, PRECISE)
+    v = torch.zeros(*shape, dtype=PRECISE, device=device)
     _, w = sdpa(q, k, v, causal=unmasked_causal(), return_weights=True)
     diff = (torch.log(w[..., 0, 1]) - torch.log(w[..., 0, 0])).flatten().cpu()
     per_score_variance = diff.var().item() / 2
+    n = diff.numel()
     bound = 5 * math.sqrt((2 + 6 / head_dim) / n)
     assert abs(per_score_variance - 1) <= bound, (
         f"d={head_dim}: recovered scores have variance {per_score_variance:.4f}, expected 1 +- {bound:.3f} "

@@ -67,12 +67,14 @@ def layer_cases(
     ties the two (tied_width)."""
     n_kv_heads = draw(st.integers(1, 2))
     group = draw(st.integers(1, 3)) if TARGET.supports("gqa") else 1
+    n_heads, n_kv_heads = TARGET.head_counts(n_kv_heads * group, n_kv_heads)
+    n_kv_heads = n_kv_heads if TARGET.supports("gqa") else n_heads
     seq = draw(st.integers(min_seq, max_seq))
     head_dim = TARGET.head_size(draw(st.sampled_from([2, 4, 6, 8])))
-    width = n_kv_heads * group * draw(st.sampled_from([2, 3, 4, 6]))
+    width = n_heads * draw(st.sampled_from([2, 3, 4, 6]))
     spec = LayerSpec(
-        d_model=TARGET.layer_width(n_kv_heads * group, head_dim, width),
-        n_heads=n_kv_heads * group,
+        d_model=TARGET.layer_width(n_heads, head_dim, width),
+        n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
         window=draw(st.one_of(st.none(), st.integers(1, seq + 1))) if TARGET.supports("window") else None,

@@ -54,7 +54,7 @@ def grouped_cases(draw: st.DrawFn, **kwargs):
     where interleaved (g = h // r) and tiled (g = h % Hkv) grouping disagree."""
     case = draw(attn_cases(**kwargs))
     n_kv = draw(st.integers(2, 3))
-    return replace(case, n_kv_heads=n_kv, n_heads=n_kv * draw(st.integers(2, 3)))
+    return fit_to_target(replace(case, n_kv_heads=n_kv, n_heads=n_kv * draw(st.integers(2, 3))))
 
 
 # --- GQA-1 ---------------------------------------------------------------------------------

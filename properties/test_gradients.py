@@ -30,8 +30,10 @@ from attnspec.properties.hypothesis_helpers import (
     seeds,
 )
 from attnspec.properties.kernel_cases import kernel_cases
+from attnspec.properties.laws import holds, law_problem
 from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_exactly_zero, assert_golden
 from attnspec.properties.references import declared_gradients, declared_mask
+from attnspec.properties.run_report import lacks
 from attnspec.properties.skips import require_dtype
 from attnspec.properties.targets import current
 from attnspec.specs.tolerance import golden_bound
@@ -170,9 +172,10 @@ def unseen_cases(draw: st.DrawFn) -> AttnCase:
 def test_what_no_query_sees_gets_exactly_zero_gradient(case, seed, device):
     """dK and dV of a key no query may see, and dQ of a query that sees no key, are exactly 0 (not small:
     a recomputation that forgot the mask leaks into them)."""
-    hides = TARGET.supports("window", "decode") or TARGET.supports("blind") or TARGET.supports("documents")
-    if not hides and TARGET.mask_mod is None:
-        pytest.skip(f"--impl {TARGET.name} sees every key: it lacks windows over decode steps, and blind")
+    if not holds(TARGET, "hidden_keys") and not TARGET.supports("blind"):
+        if TARGET.mask_mod is None:
+            pytest.skip(lacks(TARGET, "window", "decode", "blind"))
+        pytest.skip(f"{law_problem(TARGET, 'hidden_keys')}; and it lacks: blind")
     dtype = torch.float32
     q, k, v, sinks = leaves(case, device, dtype)
     kwargs = case.keywords(sinks, device)

@@ -28,7 +28,7 @@ MaskMod = Callable[..., torch.Tensor]
 
 
 class ModError(ValueError):
-    """A declared mod that cannot be evaluated in any form (broadcast, vmap, per element)."""
+    """A mod that cannot be evaluated in any form (broadcast, vmap, per element)."""
 
 
 def index_grid(batch: int, n_heads: int, tq: int, tk: int) -> tuple[torch.Tensor, ...]:
@@ -69,7 +69,7 @@ def evaluate(mod: Callable, args: tuple[torch.Tensor, ...], shape: torch.Size) -
         return torch.stack(values).reshape(shape) if values else torch.zeros(shape, dtype=like.dtype)
     except Exception as error:
         why = f"{type(error).__name__}: {error}"
-        raise ModError(f"the declared {_name(mod)} cannot be evaluated on an index grid: {why}") from error
+        raise ModError(f"{_name(mod)} cannot be evaluated on an index grid: {why}") from error
 
 
 def mask_values(mask_mod: MaskMod, batch: int, n_heads: int, tq: int, tk: int) -> torch.Tensor:

@@ -80,7 +80,7 @@ def test_unknown_or_contradictory_declarations_are_refused():
     assert "a mask_mod is the whole mask: non_causal, top-left, window" in clash[0], clash
     short = torch.zeros(2)  # a bias table shorter than the keys
     broken = declaration_problems(score_mod=lambda score, b, h, q_idx, kv_idx: score + short[kv_idx])
-    assert "cannot be evaluated on an index grid: IndexError" in broken[0], broken
+    assert "its score_mod <lambda> cannot be evaluated on an index grid: IndexError" in broken[0], broken
 
 
 @pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE"])
