@@ -27,6 +27,10 @@ and, for the layer properties (capability "layer"), a whole attention layer:
         a layer may have no RoPE, biases, and an RMSNorm or LayerNorm pre-norm (Layer), and a
         module target may have one too: its white box (a black box cannot see a wrong scale)
 
+and, declaring what its attention computes beyond the plain causal softmax (properties/declared.py,
+CONVENTIONS.md), FlexAttention's ``score_mod`` and ``mask_mod``, ``conventions`` it follows on
+purpose, the ``heads`` it takes, and with "documents" ``document_ids=`` (B, Tk) on every call.
+
 NAME is a built-in adapter (ADAPTERS) or ``package.module:object`` for your own code, where the
 object is such a target or a bare attention function (which then has no capability beyond
 causal self-attention unless it carries a ``capabilities`` attribute).
