@@ -83,8 +83,56 @@ def test_unknown_or_contradictory_declarations_are_refused():
     assert "its score_mod <lambda> cannot be evaluated on an index grid: IndexError" in broken[0], broken
 
 
-@pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE"])
+@pytest.mark.parametrize("tq, tk, heads", [(5, 5, (4, 2)), (2, 6, (6, 2)), (3, 3, (6, 3))])
+def test_tile_gqa_declared_is_interleaved_gqa(tq, tk, heads):
+    generator = torch.Generator().manual_seed(2)
+    q = torch.randn(1, heads[0], tq, 4, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(1, heads[1], tk, 4, generator=generator, dtype=torch.float64) for _ in range(2))
+    sinks = torch.randn(heads[0], generator=generator, dtype=torch.float64)
+    golden, _ = attention_oracle(q, k, v, sinks=sinks)
+    tiled = replace(broken_targets.TARGET, attention=broken_targets.tiled_gqa)
+    assert not torch.allclose(tiled.attention(q, k, v, sinks=sinks), golden)  # the neighbour, as it is
+    torch.testing.assert_close(declaring(tiled, "gqa-tile").attention(q, k, v, sinks=sinks), golden)
+
+
+def test_a_tile_declarations_mods_see_the_targets_own_heads():
+    # the target's head h' of 4 (2 KV heads) is the kit's declared.tile_order(4, 2)[h']: a per-head mod
+    # declared in the target's numbering reaches the kit's head through kit_mods
+    table = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    target = declaring(
+        replace(broken_targets.TILED_GQA, score_mod=lambda s, b, h, q, kv: s + table[h]), "gqa-tile"
+    )
+    score_mod, _ = declared.kit_mods(target, 4, 2)
+    for kit_head, own in enumerate(declared.target_heads(4, 2)):
+        got = score_mod(torch.zeros(()), 0, torch.tensor(kit_head), 0, 0)
+        assert got.item() == table[own].item()
+    assert declared.tile_order(4, 2) == [0, 2, 1, 3] == declared.target_heads(4, 2)
+
+
+@pytest.mark.parametrize("name", ["INCLUSIVE_WINDOW", "TOP_LEFT", "INTERLEAVED_ROPE", "TILED_GQA"])
 def test_a_neighbour_that_declares_its_convention_passes_the_whole_kit(name):
     assert getattr(declared_targets, name).conventions
     done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}")
     assert_passes(done)
+
+
+@pytest.mark.parametrize("name", ["encoder_attention", "chunked_attention"])
+def test_a_target_that_declares_its_mask_passes_the_whole_kit(name):
+    done = run_properties(f"attnspec.properties.meta_tests.declared_targets:{name}", as_user=True)
+    assert_passes(done)
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("encoder_attention_causal", "mask_mod ignored"),
+        ("chunk_edge_one_key_late", "output vs the oracle"),
+    ],
+)
+def test_a_target_that_breaks_its_declared_mask_fails(name, says):
+    target = f"attnspec.properties.meta_tests.declared_targets:{name}"
+    done = run_properties(
+        target, "-k", "matches_the_oracle or masked_weights", profile="mutation", as_user=True
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert says in done.stdout, done.stdout[-3000:]
