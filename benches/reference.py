@@ -7,9 +7,13 @@
   (``F.rms_norm``, ``F.linear``, RoPE, ``torch_attention``) and an impl block's parameters.
 - ``tile_kernels``: the kernels of impl's causal tiles alone, what its tiled formulation costs in
   eager PyTorch before any work of its own: how close to SDPA that formulation can get.
+- ``torch_variant_attention``: causal attention with ALiBi or packed documents through SDPA's float
+  or boolean mask, and a soft-cap, which no mask carries, as the formula in eager torch.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -58,3 +62,24 @@ def tile_kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int) -
         rows = torch.matmul(torch.softmax(scores, dim=-1, out=scores), v[:, :, :stop])
         out[:, :, start:stop] = rows.view(batch, heads, stop - start, -1)
     return out
+
+
+def torch_variant_attention(q, k, v, *, alibi_slopes=None, document_ids=None, softcap=None) -> torch.Tensor:
+    """Causal attention with impl's variants, in torch: ALiBi's bias slope_h (j - i) and the documents
+    in SDPA's attention mask; a soft-cap as softmax(cap tanh(q k^T / sqrt(d) / cap) + M) v, written out."""
+    t = q.shape[2]
+    position = torch.arange(t, device=q.device)
+    causal = position[None, :] <= position[:, None]
+    gqa = q.shape[1] != k.shape[1]
+    if softcap is not None:
+        group = q.shape[1] // k.shape[1]
+        scores = q @ k.repeat_interleave(group, 1).mT / math.sqrt(q.shape[-1])
+        scores = (torch.tanh(scores / softcap) * softcap).masked_fill(~causal, -math.inf)
+        return torch.softmax(scores, dim=-1) @ v.repeat_interleave(group, 1)
+    mask = causal
+    if document_ids is not None:
+        mask = mask & (document_ids[:, :, None] == document_ids[:, None, :])[:, None]
+    if alibi_slopes is not None:
+        bias = alibi_slopes[:, None, None] * (position[None, :] - position[:, None]).to(q.dtype)
+        mask = bias.masked_fill(~mask, -math.inf)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)

@@ -124,10 +124,10 @@ def describe(t: object) -> str:
 
 def alibi_bias(slopes: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
     """(Hq, Tq, Tk) ALiBi bias slope_h * (j - p) for key j and the query at position p = Tk - Tq + i,
-    in the dtype of ``slopes`` and on its device."""
-    query_pos = torch.arange(tk - tq, tk, device=slopes.device)[:, None]
-    key_pos = torch.arange(tk, device=slopes.device)[None, :]
-    return slopes[:, None, None] * (key_pos - query_pos).to(slopes.dtype)
+    in the dtype of ``slopes`` and on its device (the distances are whole numbers, exact in it)."""
+    query_pos = torch.arange(tk - tq, tk, dtype=slopes.dtype, device=slopes.device)[:, None]
+    key_pos = torch.arange(tk, dtype=slopes.dtype, device=slopes.device)[None, :]
+    return slopes[:, None, None] * (key_pos - query_pos)
 
 
 def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
