@@ -12,8 +12,17 @@ from attnspec.properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
+from attnspec.properties.declared import declaration
 from attnspec.properties.references import declared_conditioning
+from attnspec.properties.targets import current
 from attnspec.specs.tolerance import golden_bound, rounded_once_bound, scoring_dtype
+
+
+def _under() -> str:
+    """What an oracle comparison's failure adds for a target with a declaration: what it was checked
+    under."""
+    declared = declaration(current())
+    return f"; checked under its declaration: {declared}" if declared else ""
 
 
 def _where(diff: torch.Tensor) -> str:
@@ -101,7 +110,7 @@ def assert_golden(
         raise AssertionError(
             f"{what}: max |out - golden| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e} "
             f"(oracle in {out.dtype} is off by {ref_err:.3e}), "
-            f"{_where(err.nan_to_num(nan=float('inf')))}{says}"
+            f"{_where(err.nan_to_num(nan=float('inf')))}{says}{_under()}"
         )
 
 
@@ -139,7 +148,7 @@ def assert_rounded_once(
         f"{what}: not the float32 result rounded once to {out.dtype}: {int((over > 0).sum())} of "
         f"{over.numel()} entries exceed half an ulp plus the float32 bound; at index {idx} "
         f"out = {out[idx].item():.6g}, golden = {golden[idx].item():.6g}, |diff| = {err[idx].item():.3e} "
-        f"> {bound[idx].item():.3e} (the oracle in float32 is off by {float32_err:.3e} there){says}"
+        f"> {bound[idx].item():.3e} (the oracle in float32 is off by {float32_err:.3e} there){says}{_under()}"
     )
 
 

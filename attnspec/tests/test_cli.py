@@ -45,6 +45,26 @@ def attention(q, k, v, **kwargs):
 attention.capabilities = toy.attention.capabilities
 """
 
+# a masked weight that is not zero in every call with two queries or more: query 0's first future key,
+# head 0, so that every property that reads weights fails on nearly every example (the --jobs comparison
+# needs the same failures from two runs that draw their own examples)
+LEAKS_OFTEN = """
+import toy
+
+def attention(q, k, v, **kwargs):
+    result = toy.attention(q, k, v, **kwargs)
+    if not kwargs.get("return_weights"):
+        return result
+    out, weights = result
+    weights = weights.clone()
+    tq, tk = weights.shape[2], weights.shape[3]
+    if tq >= 2 and tk >= 2:
+        weights[0, 0, 0, tk - tq + 1] = 0.25
+    return out, weights
+
+attention.capabilities = toy.attention.capabilities
+"""
+
 
 # a target that crashes in every worker process of `attnspec check --jobs` (forks of the check's own
 # process, which imports it), and is slow in the check's own, so that the workers take units of work
@@ -79,6 +99,7 @@ def user_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("user")
     (cwd / "toy.py").write_text(TOY)
     (cwd / "leak.py").write_text(LEAK)
+    (cwd / "leaks_often.py").write_text(LEAKS_OFTEN)
     (cwd / "crash.py").write_text(CRASH)
     (cwd / "syntax.py").write_text("def attention(q, k, v\n    return q\n")
     (cwd / "raises.py").write_text("import toy\n\nraise RuntimeError('no GPU found at import')\n")
@@ -190,7 +211,7 @@ def test_the_jobs_report_what_one_process_reports(user_dir: Path):
         junit = user_dir / f"jobs{jobs}.xml"
         selected = "masked or sum_to_one or raising_a_sink or test_matches_the_oracle or batch_elements"
         done = attnspec_command(
-            user_dir, "check", "leak:attention", "-k", selected, "-j", jobs, f"--junitxml={junit}"
+            user_dir, "check", "leaks_often:attention", "-k", selected, "-j", jobs, f"--junitxml={junit}"
         )
         assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
         table = done.stdout[done.stdout.index("capabilities of --impl") :]
