@@ -69,16 +69,23 @@ def check_attention_inputs(
         if sinks.device != q.device:
             raise ValueError(f"sinks on {sinks.device} but q on {q.device}")
     if padding_mask is not None:
-        if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool:
-            raise TypeError(f"padding_mask must be a bool tensor (B, Tk), got {describe(padding_mask)}")
-        if padding_mask.shape != (k.shape[0], k.shape[2]):
-            raise ValueError(
-                f"padding_mask must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), "
-                f"got {tuple(padding_mask.shape)}"
-            )
-        if padding_mask.device != q.device:
-            raise ValueError(f"padding_mask on {padding_mask.device} but q on {q.device}")
+        check_per_key("padding_mask", padding_mask, "a bool", (torch.bool,), q, k)
     check_variants(q, k, document_ids, softcap, alibi_slopes)
+
+
+def check_per_key(
+    name: str, labels: object, kind: str, dtypes: tuple, q: torch.Tensor, k: torch.Tensor
+) -> None:
+    """Raise unless ``labels`` is a (B, Tk) tensor of one of ``dtypes`` on q's device: one value per key
+    (a padding mask, document ids)."""
+    if not isinstance(labels, torch.Tensor) or labels.dtype not in dtypes:
+        raise TypeError(f"{name} must be {kind} tensor (B, Tk), got {describe(labels)}")
+    if labels.shape != (k.shape[0], k.shape[2]):
+        raise ValueError(
+            f"{name} must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), got {tuple(labels.shape)}"
+        )
+    if labels.device != q.device:
+        raise ValueError(f"{name} on {labels.device} but q on {q.device}")
 
 
 def check_variants(
@@ -90,15 +97,7 @@ def check_variants(
 ) -> None:
     """Raise a ValueError/TypeError naming the argument for a malformed variant."""
     if document_ids is not None:
-        if not isinstance(document_ids, torch.Tensor) or document_ids.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"document_ids must be an int tensor (B, Tk), got {describe(document_ids)}")
-        if document_ids.shape != (k.shape[0], k.shape[2]):
-            raise ValueError(
-                f"document_ids must have shape (B, Tk) = ({k.shape[0]}, {k.shape[2]}), "
-                f"got {tuple(document_ids.shape)}"
-            )
-        if document_ids.device != q.device:
-            raise ValueError(f"document_ids on {document_ids.device} but q on {q.device}")
+        check_per_key("document_ids", document_ids, "an int", (torch.int32, torch.int64), q, k)
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, int | float):
             raise TypeError(f"softcap must be a float or None, got {type(softcap).__name__} {softcap!r}")

@@ -21,7 +21,7 @@ from attnspec.specs.oracle import (
     attention_oracle_by_rows,
     ffn_oracle,
     rms_norm_oracle,
-    visible,
+    visible_for,
 )
 from attnspec.specs.tolerance import attention_conditioning
 
@@ -68,17 +68,7 @@ def declared_mask(q: torch.Tensor, k: torch.Tensor, causal: bool = True, window=
     declaration (its mask_mod, or the causal mask and window of the call; its documents).  Keywords the
     mask does not read (sinks, scale) are accepted, so a call's keywords can be passed as they are."""
     _, mask_mod = kit_mods(current(), q.shape[1], k.shape[1])
-    batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    return visible(
-        batch,
-        n_heads,
-        tq,
-        tk,
-        causal=causal,
-        window=window,
-        mask_mod=mask_mod,
-        document_ids=document_ids,
-    )
+    return visible_for(q, k, causal, window, mask_mod=mask_mod, document_ids=document_ids)
 
 
 def seen_keys(q: torch.Tensor, k: torch.Tensor, **call) -> torch.Tensor:

@@ -69,7 +69,9 @@ def visible(
     return seen
 
 
-def _visible(q, k, causal: bool, window: int | None, padding_mask=None, mask_mod=None, document_ids=None):
+def visible_for(
+    q, k, causal: bool = True, window: int | None = None, padding_mask=None, mask_mod=None, document_ids=None
+) -> torch.Tensor:
     """visible() for the problem of q (B, Hq, Tq, d) over k (B, Hkv, Tk, d)."""
     batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     return visible(
@@ -143,7 +145,7 @@ def attention_oracle(
     visible values one key at a time, in ``dtype``, in key order."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
     tk = k.shape[2]
-    visible = _visible(q, k, causal, window, padding_mask, mask_mod, document_ids)
+    visible = visible_for(q, k, causal, window, padding_mask, mask_mod, document_ids)
     weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., :tk]
     values = _per_query_head(v, q.shape[1])
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
@@ -169,7 +171,7 @@ def attention_oracle_by_rows(
     """The output of attention_oracle, each row's weighted values summed at once instead of one key at
     a time (in float64 as a product of matrices): the same formula for sequences of hundreds of keys."""
     q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    visible = _visible(q, k, causal, window, None, mask_mod, document_ids)
+    visible = visible_for(q, k, causal, window, None, mask_mod, document_ids)
     weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., : k.shape[2]]
     values = _per_query_head(v, q.shape[1])
     if dtype == GOLDEN:
@@ -207,7 +209,7 @@ def attention_grad_oracle(
     d_out = d_out.detach().cpu().to(dtype)
     tk, tq, n_heads = k.shape[2], q.shape[2], q.shape[1]
     group = n_heads // k.shape[1]
-    visible = _visible(q, k, causal, window, None, mask_mod, document_ids)
+    visible = visible_for(q, k, causal, window, None, mask_mod, document_ids)
     rows = _softmax_rows(q, k, visible, sinks, scale, score_mod)
     slopes = None if score_mod is None else _logits(q, k, scale, score_mod)[1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
