@@ -114,10 +114,12 @@ def _head_free_problem(target: Target, length: int) -> str | None:
 def _hidden_keys_problem(target: Target, length: int) -> str | None:
     """Some case the kit draws has a key no query sees: a window over a decode step, documents, or a
     mask_mod that hides keys from the last few queries (or from every query of a square problem)."""
-    if target.mask_mod is None:
-        if target.supports("window", "decode") or target.supports("documents"):
+    if target.mask_mod is None:  # every key is its own query's in a square problem: a decode step hides
+        hides = target.supports("window") or target.supports("documents")
+        if hides and target.supports("decode"):
             return None
-        return f"--impl {target.name} lacks: window, decode"
+        missing = ([] if hides else ["window"]) + ([] if target.supports("decode") else ["decode"])
+        return f"--impl {target.name} lacks: {', '.join(missing)}"
     queries = (1, 3, length) if target.supports("decode") else (length,)
     for tq in queries:
         mask = mask_values(target.mask_mod, BATCH, _heads(target), tq, length)

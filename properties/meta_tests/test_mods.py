@@ -145,6 +145,15 @@ HOLDS = {  # declaration -> the laws that hold for it (every other one does not)
 }
 
 
+def test_documents_hide_keys_only_from_a_decode_step():
+    # in a square problem every key is its own query's: documents hide some key from every query only
+    # when fewer queries than keys come (a decode step)
+    packed = target(capabilities=frozenset({"documents", "decode"}))
+    square = target(capabilities=frozenset({"documents"}))
+    assert laws.holds(packed, "hidden_keys")
+    assert laws.law_problem(square, "hidden_keys") == "--impl probe lacks: decode"
+
+
 @pytest.mark.parametrize("name", HOLDS)
 def test_the_laws_follow_from_the_mods(name):
     declaration, holding = HOLDS[name]
