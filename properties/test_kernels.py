@@ -215,8 +215,9 @@ def test_every_output_lies_between_the_least_and_largest_value_it_may_see(case, 
     seen = v.detach().cpu().double()[:, torch.arange(case.n_heads) // case.group, None]  # (B, Hq, 1, Tk, dv)
     hidden = ~allowed[..., None]
     keep = 1 - sink_probability(q, k, sinks, allowed)[..., None]  # (B, Hq, Tq, 1)
-    least = seen.masked_fill(hidden, math.inf).amin(dim=-2) * keep
-    largest = seen.masked_fill(hidden, -math.inf).amax(dim=-2) * keep
+    sees = allowed.any(dim=-1, keepdim=True)  # a row a declared mask leaves without a key outputs 0
+    least = torch.where(sees, seen.masked_fill(hidden, math.inf).amin(dim=-2) * keep, 0.0)
+    largest = torch.where(sees, seen.masked_fill(hidden, -math.inf).amax(dim=-2) * keep, 0.0)
     slack = 64 * torch.finfo(PRECISE).eps * largest.abs().clamp_min(1)
     excess = torch.maximum(least - slack - out, out - largest - slack).nan_to_num(nan=math.inf)
     outside = (excess > 0).flatten(0, 1).any(-1).any(0)  # (Tq,)
