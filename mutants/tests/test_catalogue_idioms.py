@@ -151,6 +151,19 @@ def changed(code: str, fault: str) -> list[str]:
             "F15",
             {"q = q.view(-1, self.n_heads // self.n_kv_heads, self.n_kv_heads, d)"},
         ),
+        (
+            "k = einops.repeat(k, 'b h n d -> b (h r) n d', r=g)",
+            "F15",
+            {"k = einops.repeat(k, 'b h n d -> b (r h) n d', r=g)"},
+        ),
+        # F15 the other way: tile-order code (k.repeat, x-transformers' einops pattern) made interleaved
+        ("k = k.repeat(1, self.n_rep, 1, 1)", "F15", {"k = k.repeat_interleave(self.n_rep, dim=1)"}),
+        ("v = torch.cat([v] * n_rep, dim=1)", "F15", {"v = torch.repeat_interleave(v, n_rep, dim=1)"}),
+        (
+            "k = repeat(k, 'b h n d -> b (r h) n d', r=heads // kv_heads)",
+            "F15",
+            {"k = repeat(k, 'b h n d -> b (h r) n d', r=heads // kv_heads)"},
+        ),
         # F16: the window's bound off by one
         ("return kv_idx > q_idx - window", "F16", {"return kv_idx >= q_idx - window"}),
         (
@@ -202,6 +215,104 @@ def changed(code: str, fault: str) -> list[str]:
             "F21",
             {"y = sdpa(q, k, v, dropout_p=self.dropout)"},
         ),
+        # F23: ALiBi's sign (the bias m * (q - kv)) and its heads' order, in impl's bias, a
+        # FlexAttention score_mod, an explicit bias matrix and BLOOM's key positions
+        (
+            "return slopes[:, None, None] * (key_pos - query_pos)",
+            "F23",
+            {
+                "return slopes[:, None, None] * (query_pos - key_pos)",
+                "return slopes.flip(-1)[:, None, None] * (key_pos - query_pos)",
+            },
+        ),
+        (
+            "return score + slopes[h] * (kv_idx - q_idx)",
+            "F23",
+            {
+                "return score + slopes[h] * (q_idx - kv_idx)",
+                "return score + slopes.flip(-1)[h] * (kv_idx - q_idx)",
+            },
+        ),
+        (
+            "bias = slopes.view(-1, 1, 1) * (pos[None, :] - pos[:, None]).float()",
+            "F23",
+            {
+                "bias = slopes.view(-1, 1, 1) * (pos[:, None] - pos[None, :]).float()",
+                "bias = slopes.flip(-1).view(-1, 1, 1) * (pos[None, :] - pos[:, None]).float()",
+            },
+        ),
+        (
+            "alibi = slopes[..., None] * arange_tensor",
+            "F23",
+            {
+                "alibi = slopes[..., None] * -(arange_tensor)",
+                "alibi = slopes.flip(-1)[..., None] * arange_tensor",
+            },
+        ),
+        ("b = m * (j - i)", "F23", set()),  # a slope not named as one: not recognised
+        ("b = slope * (j - i)", "F23", {"b = slope * (i - j)"}),  # one head's slope: no order to get wrong
+        (
+            "slopes = torch.cat([slopes, torch.pow(extra_base, extra_powers)], dim=0)",
+            "F23",
+            {"slopes = torch.cat([torch.pow(extra_base, extra_powers), slopes], dim=0)"},
+        ),
+        (
+            "return get_slopes_power_of_2(p) + get_slopes(2 * p)[0::2][: n - p]",
+            "F23",
+            {"return get_slopes(2 * p)[0::2][: n - p] + get_slopes_power_of_2(p)"},
+        ),
+        # F24: a document mask that also lets each document see the previous one's last token
+        (
+            "return document_id[q_idx] == document_id[kv_idx]",
+            "F24",
+            {
+                "return (document_id[q_idx] == document_id[kv_idx]) | (document_id[q_idx] == "
+                "torch.cat([document_id[..., 1:], document_id[..., -1:]], dim=-1)[kv_idx])"
+            },
+        ),
+        (
+            "return packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]",
+            "F24",
+            {
+                "return (packed_sequence_mask[batch_idx, q_idx] == "
+                "packed_sequence_mask[batch_idx, kv_idx]) | (packed_sequence_mask[batch_idx, q_idx] == "
+                "torch.cat([packed_sequence_mask[..., 1:], packed_sequence_mask[..., -1:]], dim=-1)"
+                "[batch_idx, kv_idx])"
+            },
+        ),
+        (
+            "same = (queries[:, :, None] == document_ids[:, None, :]) & seen",
+            "F24",
+            {
+                "same = ((queries[:, :, None] == document_ids[:, None, :]) | (queries[:, :, None] == "
+                "torch.cat([document_ids[..., 1:], document_ids[..., -1:]], dim=-1)[:, None, :])) & seen"
+            },
+        ),
+        (
+            "hidden = doc_q[:, :, None] != segment_ids[:, None, :]",
+            "F24",
+            {
+                "hidden = (doc_q[:, :, None] != segment_ids[:, None, :]) & (doc_q[:, :, None] != "
+                "torch.cat([segment_ids[..., 1:], segment_ids[..., -1:]], dim=-1)[:, None, :])"
+            },
+        ),
+        # F25: a causal mask left on where attention is bidirectional
+        (
+            "y = F.scaled_dot_product_attention(q, k, v, is_causal=self.is_causal)",
+            "F25",
+            {"y = F.scaled_dot_product_attention(q, k, v, is_causal=True)"},
+        ),
+        ("y = attend(q, k, v, causal=False)", "F25", {"y = attend(q, k, v, causal=True)"}),
+        ("if not causal:\n        return torch.ones(4, 4)", "F25", {"if False:"}),
+        ("if self.is_causal:\n        scores = scores + mask", "F25", {"if True:"}),
+        ("m = causal_mask if self.is_causal else None", "F25", {"m = causal_mask"}),
+        ("m = None if not causal else torch.tril(mask)", "F25", {"m = torch.tril(mask)"}),
+        ("self.is_causal = False", "F25", {"self.is_causal = True"}),
+        (
+            "mod = lambda b, h, q_idx, kv_idx: True",
+            "F25",
+            {"mod = lambda b, h, q_idx, kv_idx: kv_idx <= q_idx"},
+        ),
     ],
 )
 def test_operators_recognise_real_idioms(code, fault, expected):
@@ -225,6 +336,32 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("x = layer(x, or_mask_function=f, cache=cache)", "F18"),  # a mask's maker, not a mask
         ("kw = {'max-len': 4, b'cache': c, 'cache': c}", "F18"),  # keys that are no names, and no mask
         ("y = F.dropout(x, p=0.1, training=True)", "F21"),  # already on: nothing to switch on
+        ("m = mask.repeat(1, n_heads, 1, 1)", "F15"),  # a mask is the same for every head, in any order
+        ("x = torch.cat([x] * 2, dim=0)", "F15"),  # a batch doubled, not KV heads
+        ("slot = pos % self.window", "F15"),  # a ring buffer's slot, not a head's KV head
+        ("kv_head = h % n_kv_heads", "F15"),  # no group size in the block to read h // r with
+        # F22: a tanh without a cap (GELU's), a model's final-logit cap, a FlexAttention score_mod
+        ("y = x * scaling\n    y = 0.5 * y * (1 + torch.tanh(0.8 * y))\n    y = y + mask", "F22"),
+        (
+            "logits = logits / self.final_logit_softcapping\n    logits = torch.tanh(logits)\n"
+            "    logits = logits * self.final_logit_softcapping",
+            "F22",
+        ),
+        ("scores = cap * torch.tanh(scores / cap)\n    return scores", "F22"),
+        ("rel = key_pos - query_pos", "F23"),  # a distance without slopes (T5's buckets, RoPE)
+        ("lr = lr_slope * (step - warmup)", "F23"),  # a slope of something else
+        ("if document_ids.shape != (2, 3):\n        raise ValueError('d')", "F24"),  # a size check
+        ("ok = document_ids.device == q.device", "F24"),
+        ("same = labels[:, None] == labels[None, :]", "F24"),  # no documents named
+        ("causal = kv_idx <= q_idx", "F24"),
+        (
+            "for lo in range(0, 8, 4):\n        o = attend(q, k[:, :, lo:lo + 4], v[:, :, lo:lo + 4])",
+            "F24",
+        ),  # key blocks of a tiled loop, not documents
+        ("y = attend(q, k, v, is_causal=True)", "F25"),  # already causal
+        ("n = max(0, tq - tk) if causal else 0", "F25"),  # a count the flag picks, not a mask
+        ("if causal and window is None:\n        pass", "F25"),  # not the flag alone
+        ("mod = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx", "F25"),  # already causal
     ],
 )
 def test_operators_leave_look_alikes_alone(code, fault):
@@ -311,3 +448,110 @@ def test_a_windowed_cache_trimmed_before_the_chunk_is_attended():
             return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         """
     assert mutate(unwindowed, "F20") == []  # a full cache returns everything it holds: no window to trim to
+
+
+def test_soft_cap_after_the_mask_or_before_the_scale():
+    """Gemma 2's eager attention: the cap moved below the mask, or the scale moved below the cap."""
+    made = mutate(
+        """
+        def eager(query, key, attention_mask, scaling, softcap):
+            attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+            if softcap is not None:
+                attn_weights = attn_weights / softcap
+                attn_weights = torch.tanh(attn_weights)
+                attn_weights = attn_weights * softcap
+            if attention_mask is not None:
+                attn_weights = attn_weights + attention_mask[:, :, :, : key.shape[-2]]
+            return attn_weights.softmax(-1)
+        """,
+        "F22",
+    )
+    assert len(made) == 2
+    after_mask, before_scale = made
+    assert after_mask.index("attn_weights + attention_mask") < after_mask.index("torch.tanh")
+    assert "attn_weights = torch.matmul(query, key.transpose(2, 3))\n" in before_scale
+    assert before_scale.index("attn_weights * softcap") < before_scale.index(
+        "attn_weights = attn_weights * scaling"
+    )
+    # impl's form: a scale on q inside the product, one capping line, the mask added in place
+    made = mutate(
+        """
+        def core(q, k, scale, softcap, allowed, lo):
+            scores = torch.matmul(q * scale, k.mT)
+            if softcap is not None:
+                scores = torch.tanh(scores / softcap) * softcap
+            if lo < k.shape[-2]:
+                scores[..., lo:].add_(additive_mask(allowed))
+            return scores
+        """,
+        "F22",
+    )
+    assert len(made) == 2
+    assert made[0].index(".add_(additive_mask") < made[0].index("torch.tanh")
+    assert "scores = torch.matmul(q, k.mT)" in made[1]
+    assert made[1].index("torch.tanh") < made[1].index("scores = scores * scale")
+    # a kernel's statements: the scale applied in place, the cap written out, a -inf fill
+    made = mutate(
+        """
+        def tile(qk, mask, sm_scale, logit_cap):
+            qk *= sm_scale
+            qk = logit_cap * torch.tanh(qk / logit_cap)
+            qk = torch.where(mask, qk, float("-inf"))
+            return qk
+        """,
+        "F22",
+    )
+    assert len(made) == 2
+    assert made[0].index("torch.where") < made[0].index("torch.tanh")
+    assert made[1].index("torch.tanh") < made[1].index("qk *= sm_scale")
+
+
+def test_a_varlen_loop_slices_keys_one_token_too_wide():
+    made = mutate(
+        """
+        def varlen(q, k, v, cu_seqlens, out):
+            for i in range(len(cu_seqlens) - 1):
+                start, end = cu_seqlens[i], cu_seqlens[i + 1]
+                out[:, :, start:end] = attend(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end])
+            return out
+        """,
+        "F24",
+    )
+    assert len(made) == 1
+    assert (
+        "out[:, :, start:end] = attend(q[:, :, start:end], k[:, :, max(start - 1, 0):end], "
+        "v[:, :, max(start - 1, 0):end])"
+    ) in made[0]
+
+
+def test_a_full_mask_mod_made_causal_and_a_head_modulo_read_interleaved():
+    full = mutate(
+        """
+        def build(causal):
+            def bidirectional(b, h, q_idx, kv_idx):
+                return True
+            return bidirectional
+        """,
+        "F25",
+    )
+    assert len(full) == 1 and "return kv_idx <= q_idx" in full[0]
+    tiled = mutate(
+        """
+        def score_mod(score, b, h, q_idx, kv_idx):
+            n_rep = n_heads // n_kv_heads
+            kv_head = h % n_kv_heads
+            return score + bias[kv_head, q_idx, kv_idx]
+        """,
+        "F15",
+    )
+    assert len(tiled) == 1 and "kv_head = h // n_rep" in tiled[0]
+    counted = mutate(
+        """
+        def kv_head_of(self, h):
+            if self.num_heads % self.num_key_value_heads:
+                raise ValueError("heads")
+            return h % self.num_key_value_heads
+        """,
+        "F15",
+    )
+    assert len(counted) == 1 and "return h // (self.num_heads // self.num_key_value_heads)" in counted[0]

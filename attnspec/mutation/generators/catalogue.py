@@ -1113,8 +1113,10 @@ def normalised_over_queries(node: cst.Call, arg: cst.Arg | None) -> Iterator[cst
 def operator_gqa_tile_order(node: cst.Call) -> Iterator[cst.CSTNode]:
     """KV heads repeated in tile order (h -> h mod Hkv) instead of interleaved (h -> h // r):
     repeat_interleave(x, r, dim=d) -> cat([x] * r, dim=d); x[:, :, None].expand(B, Hkv, r, ...)
-    -> x[:, None].expand(B, r, Hkv, ...); view(..., Hkv, r, ...) -> view(..., r, Hkv, ...)."""
+    -> x[:, None].expand(B, r, Hkv, ...); view(..., Hkv, r, ...) -> view(..., r, Hkv, ...);
+    einops' repeat(x, "b h n d -> b (h r) n d", r=g) -> "(r h)"."""
     name = call_name(node)
+    yield from einops_regrouped(node, interleaved=True)
     if name == "repeat_interleave":
         receiver = method_receiver(node)
         args = positional(node)
@@ -1158,6 +1160,144 @@ def operator_gqa_tile_order(node: cst.Call) -> Iterator[cst.CSTNode]:
                 yield node.with_changes(args=swap_args(args, i))
 
 
+VALUE_WORDS = {"v", "value", "values", "val", "vals"}
+
+
+def value_like(node: cst.CSTNode) -> bool:
+    w = words(node)
+    return bool(w & VALUE_WORDS) and not w & QUERY_WORDS and not w & SIZE_WORDS
+
+
+def keys_or_values(node: cst.CSTNode) -> bool:
+    """k, key_states, v, value_states, self.v_cache: a tensor of keys or values."""
+    return key_like(node) or value_like(node)
+
+
+EINOPS_GROUP = re.compile(r"\(\s*(\w+)\s+(\w+)\s*\)")
+
+
+def einops_regrouped(node: cst.Call, interleaved: bool) -> Iterator[cst.CSTNode]:
+    """An einops repeat of the head axis in the other order: in "b h n d -> b (h r) n d" with r=g
+    given by keyword, (h r) repeats each head r times in a row (interleaved), (r h) the r copies of
+    every head one after another (tile order).  Yields (h r) -> (r h) when ``interleaved``, else
+    (r h) -> (h r)."""
+    args = positional(node)
+    if call_name(node) != "repeat" or len(args) < 2 or not isinstance(args[1].value, cst.SimpleString):
+        return
+    pattern = args[1].value
+    opening = len(pattern.prefix) + len(pattern.quote)
+    text = pattern.value[opening : -len(pattern.quote)]
+    source, arrow, target = text.partition("->")
+    counts = {a.keyword.value for a in node.args if a.keyword is not None}
+    axes = set(re.findall(r"\w+", source))
+    for match in EINOPS_GROUP.finditer(target):
+        head, count = match.groups() if interleaved else reversed(match.groups())
+        if arrow and head in axes and count in counts and count not in axes:
+            regrouped = f"{target[: match.start()]}({match.group(2)} {match.group(1)}){target[match.end() :]}"
+            quoted = f"{pattern.value[:opening]}{source}{arrow}{regrouped}{pattern.quote}"
+            yield replace_arg(node, args[1], cst.SimpleString(quoted))
+
+
+def operator_gqa_interleaved_order(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """KV heads repeated interleaved (h -> h // r) where the code groups them in tile order (h -> h
+    mod Hkv), F15's other direction: k.repeat(1, r, 1, 1) -> k.repeat_interleave(r, dim=1);
+    torch.cat([k] * r, dim=1) -> torch.repeat_interleave(k, r, dim=1); einops' "(r h)" -> "(h r)".
+    Only keys and values are regrouped: a mask repeated over heads is the same in either order."""
+    yield from einops_regrouped(node, interleaved=False)
+    name = call_name(node)
+    receiver = method_receiver(node)
+    if name == "repeat" and is_method_call(node) and keys_or_values(receiver):
+        args = positional(node)
+        counted = [i for i, a in enumerate(args) if literal_int(a.value) != 1]
+        if len(args) >= 3 and len(args) == len(node.args) and len(counted) == 1 and counted[0] >= 1:
+            axis = counted[0]
+            yield cst.parse_expression(f"__tensor__.repeat_interleave(__repeats__, dim={axis})").visit(
+                _Fill({"__tensor__": receiver, "__repeats__": args[axis].value})
+            )
+    if name in ("cat", "concat", "concatenate") and node.args:
+        listed, dim = node.args[0].value, dim_arg(node, 1)
+        if dim is None or not m.matches(listed, m.BinaryOperation(operator=m.Multiply())):
+            return
+        for copies, repeats in ((listed.left, listed.right), (listed.right, listed.left)):
+            if isinstance(copies, cst.List) and len(copies.elements) == 1:
+                tensor = copies.elements[0].value
+                if keys_or_values(tensor):
+                    yield cst.parse_expression(
+                        "torch.repeat_interleave(__tensor__, __repeats__, dim=__dim__)"
+                    ).visit(_Fill({"__tensor__": tensor, "__repeats__": repeats, "__dim__": dim.value}))
+
+
+HEAD_INDEX_WORDS = {"h", "head", "hq"}
+GROUP_WORDS = {"rep", "reps", "repeats", "group", "groups", "mult"}
+
+
+def head_index_like(node: cst.CSTNode) -> bool:
+    """h, head, head_idx, q_head: the index of a query head (not a count of heads, not head_dim)."""
+    w = words(node)
+    return bool(w & HEAD_INDEX_WORDS) and not w & (SIZE_WORDS | {"heads", "kv", "n", "num", "d"})
+
+
+def kv_heads_like(node: cst.CSTNode) -> bool:
+    """n_kv_heads, self.num_key_value_heads, Hkv, n_kv: the number of KV heads."""
+    w = words(node)
+    kv = bool(w & {"kv", "hkv", "nkv"}) or {"key", "value"} <= w
+    return kv and not w & (SIZE_WORDS | {"idx", "index", "pos", "cache", "proj"})
+
+
+class _Operands(cst.CSTVisitor):
+    """The names and dotted names (self.n_rep, as a whole) of a node, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[cst.BaseExpression] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self.found.append(node)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> bool:
+        self.found.append(node)
+        return False
+
+
+def group_size(block: cst.IndentedBlock, kv_heads: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The query heads per KV head, as the block names it: a name assigned Hq // Hkv, a name like
+    n_rep, num_key_value_groups or q_mult, or else (Hq // Hkv) from a count of query heads."""
+    for assign in m.findall(block, m.Assign(targets=[m.AssignTarget(target=m.Name() | m.Attribute())])):
+        value = assign.value
+        if m.matches(value, m.BinaryOperation(operator=m.FloorDivide())) and kv_heads_like(value.right):
+            return assign.targets[0].target
+    operands = _Operands()
+    block.visit(operands)
+    for operand in operands.found:
+        if words(operand) & GROUP_WORDS and not words(operand) & SIZE_WORDS:
+            return operand
+    for operand in operands.found:
+        if heads_like(operand) and not kv_heads_like(operand) and not words(operand) & {"idx", "index"}:
+            return cst.BinaryOperation(
+                left=operand,
+                operator=cst.FloorDivide(),
+                right=kv_heads,
+                lpar=[cst.LeftParen()],
+                rpar=[cst.RightParen()],
+            )
+    return None
+
+
+def operator_gqa_head_modulo(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """kv_head = h % n_kv_heads -> h // n_rep: a query head's KV head read interleaved where the code
+    reads it in tile order (the group size as the block names it, see group_size)."""
+    for statement in node.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for found in m.findall(statement, m.BinaryOperation(operator=m.Modulo())):
+            if not (head_index_like(found.left) and kv_heads_like(found.right)):
+                continue
+            group = group_size(node, found.right)
+            if group is not None:
+                yield node.deep_replace(found, found.with_changes(operator=cst.FloorDivide(), right=group))
+
+
 class _Fill(cst.CSTTransformer):
     """Puts expressions in place of placeholder names in a parsed template."""
 
@@ -1195,6 +1335,469 @@ def operator_window_bound(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         if diagonal is not None and mentions_window(diagonal.value):
             for n in (-1, 1):
                 yield replace_arg(node, diagonal, plus(diagonal.value, n))
+
+
+# --- F22..F25: the faults the declared attention variants ship with ----------------------------
+
+
+def capping_name(name: str) -> bool:
+    """softcap, attn_logit_softcapping, logit_cap, cap: a soft-cap's value (not capacity)."""
+    return any(w.endswith(("cap", "capping")) for w in name_words(name))
+
+
+def mentions_cap(node: cst.CSTNode) -> bool:
+    return any(capping_name(name) for name in names_in(node))
+
+
+def statement_target(statement: cst.CSTNode) -> str | None:
+    """X for a statement line ``X = ...`` or ``X op= ...`` (one plain name assigned)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+    ):
+        return small.targets[0].target.value
+    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+        return small.target.value
+    return None
+
+
+def tanh_assigned(statement: cst.CSTNode) -> str | None:
+    """X for ``X = ... tanh(...) ...``."""
+    target = statement_target(statement)
+    if target is None or not m.findall(statement, m.MatchIfTrue(lambda n: call_name(n) == "tanh")):
+        return None
+    return target
+
+
+def cap_unit(body: list[cst.BaseStatement]) -> tuple[int, int, str] | None:
+    """(first, last, X): the statements body[first..last] that soft-cap the logits X, the first such in
+    the block: ``if softcap is not None:`` around them, ``X = cap * tanh(X / cap)`` alone, or the
+    run ``X = X / cap; X = tanh(X); X = X * cap``.  A tanh without a cap (GELU's) is none."""
+    for i, statement in enumerate(body):
+        if (
+            isinstance(statement, cst.If)
+            and statement.orelse is None
+            and mentions_cap(statement.test)
+            and isinstance(statement.body, cst.IndentedBlock)
+        ):
+            capped = [x for x in map(tanh_assigned, statement.body.body) if x]
+            if capped:
+                return i, i, capped[-1]
+        target = tanh_assigned(statement)
+        if target is None:
+            continue
+        first, last = i, i
+        while first > 0 and statement_target(body[first - 1]) == target and mentions_cap(body[first - 1]):
+            first -= 1
+        while (
+            last + 1 < len(body)
+            and statement_target(body[last + 1]) == target
+            and mentions_cap(body[last + 1])
+        ):
+            last += 1
+        if any(mentions_cap(s) for s in body[first : last + 1]):
+            return first, last, target
+    return None
+
+
+def finfo_min(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == "min" and call_name(node.value) == "finfo"
+
+
+def applies_mask(statement: cst.CSTNode, x: str) -> bool:
+    """The statement masks the logits X: X + mask, X += mask, X.masked_fill(m, v),
+    X[..., lo:].add_(additive_mask(m)), torch.where(m, X, -inf)."""
+    for node in m.findall(
+        statement, m.MatchIfTrue(lambda n: isinstance(n, (cst.BinaryOperation, cst.AugAssign, cst.Call)))
+    ):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            if (mask_operand(node.right) and x in names_in(node.left)) or (
+                mask_operand(node.left) and x in names_in(node.right)
+            ):
+                return True
+        elif isinstance(node, cst.AugAssign):
+            if (
+                isinstance(node.operator, cst.AddAssign)
+                and x in names_in(node.target)
+                and mask_operand(node.value)
+            ):
+                return True
+        elif isinstance(node, cst.Call):
+            name, receiver = call_name(node), method_receiver(node)
+            on_x = receiver is not None and x in names_in(receiver)
+            if name in ("masked_fill", "masked_fill_") and on_x:
+                return True
+            if name in ("add", "add_") and on_x and any(mentions(a.value, "mask") for a in node.args):
+                return True
+            values = [a.value for a in node.args]
+            if name == "where" and any(x in names_in(v) for v in values):
+                if any(is_minus_inf(v) or finfo_min(v) or fill_word(v) for v in values):
+                    return True
+    return False
+
+
+def scale_moved(
+    statement: cst.SimpleStatementLine, x: str
+) -> tuple[cst.BaseStatement | None, cst.BaseStatement] | None:
+    """(the statement without the softmax scale, or None when it was the scaling alone; the statement
+    that scales X afterwards) for a statement that scales the logits X: X *= sm_scale,
+    X = q @ k.T * scaling, X = matmul(q * scale, k.T), X = q @ k.T / sqrt(d)."""
+    small = statement.body[0]
+    if isinstance(small, cst.AugAssign):
+        if (isinstance(small.operator, cst.MultiplyAssign) and scale_like(small.value)) or (
+            isinstance(small.operator, cst.DivideAssign) and is_square_root(small.value)
+        ):
+            return None, statement
+        return None
+    code = cst.Module([]).code_for_node
+    for op in m.findall(small.value, m.BinaryOperation()):
+        if isinstance(op.operator, cst.Multiply) and (scale_like(op.right) or scale_like(op.left)):
+            kept, factor = (op.left, op.right) if scale_like(op.right) else (op.right, op.left)
+            return statement.deep_replace(op, kept), cst.parse_statement(f"{x} = {x} * {code(factor)}")
+        if isinstance(op.operator, cst.Divide) and is_square_root(op.right):
+            return statement.deep_replace(op, op.left), cst.parse_statement(f"{x} = {x} / {code(op.right)}")
+    return None
+
+
+def operator_softcap_misplaced(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """Soft-capping in the wrong place.  After the mask: the cap moves below the statement that masks
+    the logits (scores + mask, masked_fill, add_(additive_mask(m))), so a -inf or finfo.min fill is
+    capped to -cap and hidden keys get weight.  Before the scale: the scale leaves the statement that
+    scales the logits (X = q @ k.T * scaling, matmul(q * scale, ...), X *= sm_scale) for a statement
+    X = X * scale after the cap, which then caps the unscaled q.k.  A cap with neither in its block
+    (a FlexAttention score_mod, a model's final-logit cap) has no site."""
+    body = list(node.body)
+    unit = cap_unit(body)
+    if unit is None:
+        return
+    first, last, x = unit
+    capping = body[first : last + 1]
+    for j in range(last + 1, len(body)):
+        if applies_mask(body[j], x):
+            if not m.matches(body[j], m.SimpleStatementLine(body=[m.Return()])):
+                yield node.with_changes(
+                    body=[*body[:first], *body[last + 1 : j + 1], *capping, *body[j + 1 :]]
+                )
+            break
+    for j in range(first - 1, -1, -1):
+        if statement_target(body[j]) != x:
+            continue
+        moved = scale_moved(body[j], x)
+        if moved is not None:
+            unscaled, scaling = moved
+            kept = [] if unscaled is None else [unscaled]
+            yield node.with_changes(
+                body=[*body[:j], *kept, *body[j + 1 : last + 1], scaling, *body[last + 1 :]]
+            )
+            break
+        small = body[j].body[0]
+        if isinstance(small, cst.Assign) and x not in names_in(small.value):
+            break  # X starts here: a scale before it was applied to something else
+
+
+SLOPE_WORDS = {"slope", "slopes"}
+DISTANCE_WORDS = {"distance", "distances", "dist", "relative", "rel", "arange", "bias", "alibi"}
+
+
+def slope_like(node: cst.CSTNode) -> bool:
+    w = words(node)
+    return bool(w & SLOPE_WORDS) and not w & SIZE_WORDS
+
+
+def broadcast_axis(node: cst.CSTNode) -> str | None:
+    """'query' for x[:, None] / x[:, :, None] / x.unsqueeze(-1) (a column: one entry per query), 'key'
+    for x[None, :] / x[:, None, :] / x.unsqueeze(0) (a row along the last axis: one per key)."""
+    if isinstance(node, cst.Subscript) and len(node.slice) >= 2:
+        last = node.slice[-1].slice
+        nones = [
+            isinstance(e.slice, cst.Index) and m.matches(e.slice.value, m.Name("None")) for e in node.slice
+        ]
+        if nones[-1]:
+            return "query"
+        if any(nones) and m.matches(last, m.Slice(lower=None, upper=None, step=None)):
+            return "key"
+    if call_name(node) == "unsqueeze" and node.args:
+        dim = literal_int(node.args[0].value)
+        return {-1: "query", 1: "query", 0: "key", -2: "key"}.get(dim) if dim is not None else None
+    return None
+
+
+def base_of(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor a subscript or method chain starts from: ids for ids[:, None, :], slopes for
+    slopes.view(-1, 1, 1), self.slopes for self.slopes[h]."""
+    while True:
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            return node if isinstance(node, (cst.Name, cst.Attribute)) else None
+
+
+def is_distance(node: cst.CSTNode) -> bool:
+    """key - query in any spelling: key_pos - query_pos, kv_idx - q_idx, j - i, and the broadcast
+    pair pos[None, :] - pos[:, None] (either order)."""
+    if not m.matches(node, m.BinaryOperation(operator=m.Subtract())):
+        return False
+    left, right = node.left, node.right
+    if key_vs_query(left, right):
+        return True
+    axes = {broadcast_axis(left), broadcast_axis(right)}
+    code = cst.Module([]).code_for_node
+    same = (
+        base_of(left) is not None
+        and base_of(right) is not None
+        and code(base_of(left)) == code(base_of(right))
+    )
+    return axes == {"query", "key"} and same
+
+
+def alibi_product(node: cst.BinaryOperation) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(slopes, distance) for slopes * distance: a slope per head times key - query positions
+    (slopes[:, None, None] * (key_pos - query_pos), slopes[h] * (kv_idx - q_idx)), or times the
+    key positions alone (BLOOM: slopes[..., None] * arange_tensor, MPT: alibi_bias * slopes)."""
+    if not isinstance(node.operator, cst.Multiply):
+        return None
+    for slopes, other in ((node.left, node.right), (node.right, node.left)):
+        if not slope_like(slopes) or m.findall(slopes, m.MatchIfTrue(is_distance)):
+            continue
+        distance = bool(m.findall(other, m.MatchIfTrue(is_distance)))
+        if distance or call_name(other) == "arange" or words(other) & DISTANCE_WORDS:
+            return slopes, other
+    return None
+
+
+def flipped_heads(slopes: cst.BaseExpression) -> cst.BaseExpression | None:
+    """slopes[:, None, None] -> slopes.flip(-1)[:, None, None] (a per-head table indexed or reshaped;
+    a bare slope is one head's and has no order)."""
+    base = base_of(slopes)
+    if base is None or base is slopes or not slope_like(base):
+        return None
+    flipped = cst.parse_expression(f"{cst.Module([]).code_for_node(base)}.flip(-1)")
+    return slopes.deep_replace(base, flipped)
+
+
+def operator_alibi_flipped(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """ALiBi's bias with the sign flipped, m * (q - kv), which rewards distant keys: key_pos - query_pos
+    -> query_pos - key_pos inside slopes * (...), and slopes * positions -> slopes * -(positions); and
+    with the heads' slopes in the reverse order: slopes[h] -> slopes.flip(-1)[h]."""
+    found = alibi_product(node)
+    if found is None:
+        return
+    slopes, other = found
+    distances = m.findall(other, m.MatchIfTrue(is_distance))
+    if distances:
+        d = distances[0]
+        swapped = d.with_changes(left=d.right, right=d.left)
+        flipped_sign = other.deep_replace(d, swapped) if d is not other else swapped
+    else:
+        flipped_sign = negated(other)
+    yield node.deep_replace(other, flipped_sign)
+    heads = flipped_heads(slopes)
+    if heads is not None:
+        yield node.deep_replace(slopes, heads)
+
+
+def makes_slopes(node: cst.CSTNode) -> bool:
+    return any(call_name(c) and words(c.func) & SLOPE_WORDS for c in m.findall(node, m.Call()))
+
+
+def operator_slopes_reordered(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The slopes of a head count that is not a power of two put together in the wrong order, so heads
+    read other heads' slopes: torch.cat([slopes, extra]) -> torch.cat([extra, slopes]), and
+    get_slopes_power_of_2(p) + get_slopes(2 * p)[0::2][: n - p] -> the two lists swapped."""
+    if call_name(node) in ("cat", "concat", "concatenate") and node.args:
+        listed = node.args[0].value
+        if isinstance(listed, (cst.List, cst.Tuple)) and len(listed.elements) == 2:
+            first, second = listed.elements
+            if any(slope_like(e.value) for e in listed.elements):
+                elements = [first.with_changes(value=second.value), second.with_changes(value=first.value)]
+                yield node.with_deep_changes(listed, elements=elements)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        if makes_slopes(node.left) and makes_slopes(node.right):
+            yield node.with_changes(left=node.right, right=node.left)
+
+
+DOCUMENT_WORDS = {"document", "documents", "doc", "docs", "segment", "segments", "packed"}
+
+
+def document_like(node: cst.CSTNode) -> bool:
+    """document_ids, doc_ids, segment_ids, seq_ids, packed_sequence_mask: labels of packed sequences."""
+    w = words(node)
+    return bool(w & DOCUMENT_WORDS) or bool(w & {"seq", "sequence"} and w & {"id", "ids"})
+
+
+def attention_side(node: cst.CSTNode) -> str | None:
+    """'key' or 'query': the side of attention an expression of labels is read for.  By its index
+    first (ids[kv_idx], ids[b, q_idx]), then by its broadcast axis (ids[:, None, :] is a row of keys),
+    then by its name (doc_k, queries)."""
+    if isinstance(node, cst.Subscript):
+        for element in node.slice:
+            index = element.slice.value if isinstance(element.slice, cst.Index) else None
+            if index is not None and key_like(index):
+                return "key"
+            if index is not None and query_like(index) and not m.matches(index, m.Name("None")):
+                return "query"
+    axis = broadcast_axis(node)
+    if axis is not None:
+        return axis
+    base = base_of(node)
+    if base is not None and key_like(base):
+        return "key"
+    if base is not None and query_like(base):
+        return "query"
+    return None
+
+
+def next_labels(base: cst.BaseExpression) -> cst.BaseExpression:
+    """ids -> each key labelled with the next key's document (the last keeps its own)."""
+    code = cst.Module([]).code_for_node(base)
+    return cst.parse_expression(f"torch.cat([{code}[..., 1:], {code}[..., -1:]], dim=-1)")
+
+
+def operator_document_leak(node: cst.Comparison) -> Iterator[cst.CSTNode]:
+    """A document boundary that leaks by one token: the key just before a document's first token is
+    also seen by that document's queries.  doc[q_idx] == doc[kv_idx] -> that, or doc[q_idx] equals the
+    next key's document (the key axis of the labels shifted by one); the same for labels broadcast
+    as queries[:, :, None] == document_ids[:, None, :], and != (masked where different) with &."""
+    if len(node.comparisons) != 1:
+        return
+    target = node.comparisons[0]
+    if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return
+    left, right = node.left, target.comparator
+    if (words(left) | words(right)) & SIZE_WORDS:
+        return
+    sides = attention_side(left), attention_side(right)
+    if set(sides) != {"key", "query"}:
+        return
+    key, query = (left, right) if sides[0] == "key" else (right, left)
+    base = base_of(key)
+    if base is None or not (document_like(base) or document_like(query)):
+        return
+    shifted_key = next_labels(base) if base is key else key.deep_replace(base, next_labels(base))
+    inner = node.with_changes(lpar=[], rpar=[])
+    shifted = inner.deep_replace(key, shifted_key)
+    either = cst.BitOr() if isinstance(target.operator, cst.Equal) else cst.BitAnd()
+    parens = {"lpar": [cst.LeftParen()], "rpar": [cst.RightParen()]}
+    yield cst.BinaryOperation(
+        left=inner.with_changes(**parens),
+        operator=either,
+        right=shifted.with_changes(**parens),
+        lpar=node.lpar,
+        rpar=node.rpar,
+    )
+
+
+def varlen_loop(node: cst.For) -> bool:
+    """A loop over packed documents: it reads cumulative sequence lengths (cu_seqlens, cu_seq_lens_k)."""
+    for name in names_in(node):
+        w = name_words(name)
+        if "cumulative" in w or ("cu" in w and w & {"seqlens", "seqlen", "seq", "lens"}):
+            return True
+    return False
+
+
+def operator_varlen_slice_widened(node: cst.For) -> Iterator[cst.CSTNode]:
+    """A cu_seqlens slice one token too wide: in a loop over packed documents, every slice of the keys
+    and values k[:, :, start:end] -> k[:, :, max(start - 1, 0):end], so that each document's queries
+    also see the previous document's last token (the queries' and outputs' slices stay)."""
+    if not varlen_loop(node):
+        return
+
+    def document_slice(n: cst.CSTNode) -> bool:
+        return (
+            isinstance(n, cst.Subscript)
+            and keys_or_values(n.value)
+            and any(
+                isinstance(e.slice, cst.Slice) and e.slice.lower is not None and e.slice.upper is not None
+                for e in n.slice
+            )
+        )
+
+    def widened(n: cst.Subscript, _: object) -> cst.Subscript:
+        elements = []
+        for e in n.slice:
+            if isinstance(e.slice, cst.Slice) and e.slice.lower is not None and e.slice.upper is not None:
+                lower = cst.parse_expression(f"max({cst.Module([]).code_for_node(e.slice.lower)} - 1, 0)")
+                e = e.with_changes(slice=e.slice.with_changes(lower=lower))
+            elements.append(e)
+        return n.with_changes(slice=elements)
+
+    if m.findall(node.body, m.MatchIfTrue(document_slice)):
+        yield node.with_changes(body=m.replace(node.body, m.MatchIfTrue(document_slice), widened))
+
+
+def causal_flag(node: cst.CSTNode) -> bool:
+    """causal, is_causal, self.is_causal, config.causal: the switch of a causal mask (not the mask)."""
+    return (
+        isinstance(node, (cst.Name, cst.Attribute))
+        and "causal" in words(node)
+        and not words(node) & {"mask", "masks", "fn", "function", "mod"}
+    )
+
+
+def negated_flag(node: cst.CSTNode) -> bool:
+    return m.matches(node, m.UnaryOperation(operator=m.Not())) and causal_flag(node.expression)
+
+
+def mask_branch(node: cst.CSTNode) -> bool:
+    """None, or a mask, a bias or a triangle: what a causal switch chooses between."""
+    return m.matches(node, m.Name("None")) or bool(words(node) & {"mask", "tril", "triu", "bias", "causal"})
+
+
+def full_mask_mod(params: cst.Parameters, returned: cst.BaseExpression | None) -> str | None:
+    """'kv <= q' for a mask_mod (b, h, q, kv) that lets every query see every key (returns True)."""
+    names = [p.name.value for p in params.params]
+    if len(names) != 4 or not m.matches(returned, m.Name("True")):
+        return None
+    q, kv = cst.Name(names[2]), cst.Name(names[3])
+    return f"{names[3]} <= {names[2]}" if query_like(q) and key_like(kv) else None
+
+
+def operator_causal_mask_left_on(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """A causal mask left on a bidirectional path, F19's reverse: f(..., causal=causal) / is_causal=
+    self.is_causal -> True; if causal: -> if True: and if not causal: -> if False:; mask if causal else
+    None -> mask; self.is_causal = False -> True; a mask_mod lambda b, h, q, kv: True -> kv <= q."""
+    if isinstance(node, cst.Call):
+        arg = keyword(node, *CAUSAL_KEYWORDS)
+        if arg is not None and not m.matches(arg.value, m.Name("True")):
+            yield replace_arg(node, arg, cst.Name("True"))
+    elif isinstance(node, cst.If):
+        if causal_flag(node.test):
+            yield node.with_changes(test=cst.Name("True"))
+        elif negated_flag(node.test):
+            yield node.with_changes(test=cst.Name("False"))
+    elif isinstance(node, cst.IfExp) and (mask_branch(node.body) or mask_branch(node.orelse)):
+        if causal_flag(node.test):
+            yield node.body
+        elif negated_flag(node.test):
+            yield node.orelse
+    elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+        if func_name(node.targets[0].target) in CAUSAL_KEYWORDS and m.matches(node.value, m.Name("False")):
+            yield node.with_changes(value=cst.Name("True"))
+    elif isinstance(node, cst.Lambda):
+        causal = full_mask_mod(node.params, node.body)
+        if causal is not None:
+            yield node.with_changes(body=cst.parse_expression(causal))
+
+
+def operator_full_mask_mod_made_causal(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """def full(b, h, q_idx, kv_idx): return True, defined in a block -> return kv_idx <= q_idx."""
+    for statement in node.body:
+        if not isinstance(statement, cst.FunctionDef) or not isinstance(statement.body, cst.IndentedBlock):
+            continue
+        inner = statement.body.body
+        if len(inner) != 1 or not m.matches(inner[0], m.SimpleStatementLine(body=[m.Return()])):
+            continue
+        causal = full_mask_mod(statement.params, inner[0].body[0].value)
+        if causal is not None:
+            returned = inner[0].body[0].with_changes(value=cst.parse_expression(causal))
+            yield node.deep_replace(inner[0].body[0], returned)
 
 
 CORE = "the attention core (every target has it)"
@@ -1336,10 +1939,14 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         "F15",
-        "GQA heads grouped in tile order (query head h served by KV head h mod Hkv, not h // r)",
+        "GQA heads grouped in the other order: tile (KV head h mod Hkv) for interleaved (h // r) or back",
         "real",
         ("GQA-1", "ATTN-4"),
-        ((cst.Call, operator_gqa_tile_order),),
+        (
+            (cst.Call, operator_gqa_tile_order),
+            (cst.Call, operator_gqa_interleaved_order),
+            (cst.IndentedBlock, operator_gqa_head_modulo),
+        ),
         "the 'gqa' capability",
     ),
     Fault(
@@ -1394,6 +2001,49 @@ FAULTS: tuple[Fault, ...] = (
         ("MOD-4", "LM-2"),
         ((cst.Call, operator_dropout_left_on), (cst.IfExp, operator_dropout_left_on)),
         "a model or module with dropout, p > 0 in its config (MOD-4)",
+    ),
+    Fault(
+        "F22",
+        "soft-capping misplaced: after the mask (hidden keys capped to -cap get weight) or before the scale",
+        "real",
+        ("ATTN-14", "ATTN-4"),
+        ((cst.IndentedBlock, operator_softcap_misplaced),),
+        "soft-capped logits: impl's softcap, or a target that declares its cap as a score_mod (ATTN-4)",
+    ),
+    Fault(
+        "F23",
+        "ALiBi slopes with the sign flipped (m * (q - kv) rewards distant keys) or in the wrong head order",
+        "real",
+        ("ATTN-15", "ATTN-4"),
+        (
+            (cst.BinaryOperation, operator_alibi_flipped),
+            (cst.Call, operator_slopes_reordered),
+            (cst.BinaryOperation, operator_slopes_reordered),
+        ),
+        "ALiBi: impl's alibi_slopes, or a target that declares its ALiBi bias as a score_mod (ATTN-4)",
+    ),
+    Fault(
+        "F24",
+        "document boundary leaks by one token (the previous document's last token seen, a cu_seqlens slice)",
+        "real",
+        ("ATTN-16", "ATTN-4"),
+        ((cst.Comparison, operator_document_leak), (cst.For, operator_varlen_slice_widened)),
+        "the 'documents' capability (packed rows: ATTN-16, and every property on them)",
+    ),
+    Fault(
+        "F25",
+        "causal mask left on a bidirectional path (causal=causal forced to True, 'if causal' dropped)",
+        "real",
+        ("ATTN-4", "ATTN-7"),
+        (
+            (cst.Call, operator_causal_mask_left_on),
+            (cst.If, operator_causal_mask_left_on),
+            (cst.IfExp, operator_causal_mask_left_on),
+            (cst.Assign, operator_causal_mask_left_on),
+            (cst.Lambda, operator_causal_mask_left_on),
+            (cst.IndentedBlock, operator_full_mask_mod_made_causal),
+        ),
+        "the 'non_causal' capability (causal=False), or a module whose code forwards the causal flag",
     ),
 )
 
