@@ -1,5 +1,6 @@
 """The zoo: correct attention targets written in the styles outsiders use, none shaped like attnspec's
-own code.  Each passes the whole kit (properties/meta_tests/test_zoo.py, in every test run).
+own code.  Each passes the whole kit (properties/meta_tests/test_zoo.py, in every test run; the
+FlexAttention one, slow when eager, passes a selection of it there and the whole kit under the ci profile).
 
 - ``triton_style``: a Triton-style flash kernel (base-2 exponentials with the scale and log2 e folded into
   one float32 constant, keys zero-padded to whole blocks, batch and heads flattened, bounds read from
@@ -14,4 +15,17 @@ own code.  Each passes the whole kit (properties/meta_tests/test_zoo.py, in ever
 - ``gpt2_style``: a small Hugging-Face-GPT-2-style decoder (``Conv1D`` weights stored (in, out), a fused
   ``c_attn``, a boolean mask buffer against ``finfo.min``, LayerNorm blocks, learned positions, decoding
   through ``(key, value)`` tuples), a module target that decodes in chunks, with its white box.
+
+Four more declare what their attention computes (properties/declared.py), each beside a broken twin with
+a bug their users ship, which the kit fails:
+
+- ``flex_softcap_documents``: ``torch.nn.attention.flex_attention`` run eagerly, a Gemma-2-style
+  soft-capping score_mod and a causal document mask built from ``document_ids`` (declares score_mod,
+  mask_mod, "documents"); twin ``cap_after_mask``: the mask as a -inf score, soft-capped after it;
+- ``varlen_packed``: a FlashAttention-varlen-style kernel, ``cu_seqlens`` from the document ids and a loop
+  over the documents (declares "documents"); twin ``off_by_one``: each document starts one token early;
+- ``alibi_bloom``: BLOOM-style ALiBi, slopes from the closest power of two, a ``baddbmm`` over the bias
+  (declares the equivalent score_mod and its 12 heads); twin ``flipped_sign``: the bias slope * (q - kv);
+- ``tiled_gqa_attend``: an x-transformers-``Attend``-style einsum core whose KV heads are tiled with
+  ``k.repeat`` (declares ``conventions = {"gqa-tile"}``); twin ``interleaved_groups``: grouped h // r.
 """

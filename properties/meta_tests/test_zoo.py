@@ -1,14 +1,22 @@
 """The zoo (examples/zoo/): correct targets written in other styles pass the whole kit, each in a
 subprocess as a user runs it (under the ci profile in CI: kit_runs.kit_profile); a declared
 convention is what makes the complex-RoPE layer pass, and without it the run fails and names the
-convention it follows."""
+convention it follows.  The targets that declare what their attention computes (a score_mod, a
+mask_mod, packed documents, tile-style GQA) each have a broken twin with a bug their users ship, which
+the properties that must catch it fail, saying what they saw."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnspec.properties.meta_tests.kit_runs import assert_passes, run_properties
+from attnspec.properties.meta_tests.kit_runs import (
+    DEEP_PROFILES,
+    assert_passes,
+    kit_profile,
+    run_properties,
+)
+from attnspec.properties.meta_tests.test_conformance import failure_reports
 
 KERNELS = (  # attention functions (the peers' recipes grade them too: peers.py)
     "examples.zoo.triton_style:attention",
@@ -17,18 +25,94 @@ KERNELS = (  # attention functions (the peers' recipes grade them too: peers.py)
     "examples.zoo.complex_rope_llama:attention",
 )
 MODULES = ("examples.zoo.torch_multihead:ATTENTION", "examples.zoo.gpt2_style:MODEL")  # with a white box
-ZOO = KERNELS + MODULES
+# Attention functions checked under a declaration of what they compute (properties/declared.py); not in
+# KERNELS, since the peers' recipes know neither mods nor documents.
+FLEX = "examples.zoo.flex_softcap_documents:attention"
+DECLARING = (
+    "examples.zoo.varlen_packed:attention",
+    "examples.zoo.alibi_bloom:attention",
+    "examples.zoo.tiled_gqa_attend:attention",
+)
+ZOO = KERNELS + MODULES + DECLARING
 
-# They read values out of tensors (.tolist(), .numpy()): the device property needs a real second device.
-CANNOT_RUN_ON_META = ZOO[:2]
+# They read values out of tensors (.tolist(), .numpy()) or refuse the meta device (FlexAttention): the
+# device property needs a real second device.
+CANNOT_RUN_ON_META = (*ZOO[:2], FLEX, "examples.zoo.varlen_packed:attention")
+META_SKIPPED = "--   device        cannot run on the meta device"
+
+
+# A false failure of the kit, to be fixed there (specs/tolerance.py): BLOOM adds slope * j, leaving out the
+# row's constant slope * i as the softmax allows, so in float32 the logits near the diagonal are rounded at
+# ~slope * i (135 at Tk = 191) where the tolerance allows for the declared slope * (j - i) only.  Over the
+# ci profile's long cases (Tk ~ 190) its output and dV exceed the float32 bound by 3-20 %; the same
+# target declaring its bias as BLOOM writes it (score + slope * kv_idx) passes.
+FALSE_FAILURES = {
+    "examples.zoo.alibi_bloom:attention": "float32 bound blind to BLOOM's row-shifted ALiBi bias (ci only)",
+}
 
 
 @pytest.mark.parametrize("target", ZOO)
-def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target):
+def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target, request):
+    if target in FALSE_FAILURES and kit_profile() in DEEP_PROFILES:
+        request.applymarker(pytest.mark.xfail(reason=FALSE_FAILURES[target], strict=False))
     done = run_properties(target, as_user=True)
     assert_passes(done)
     if target in CANNOT_RUN_ON_META and not torch.cuda.is_available():  # skipped with its reason, counted
-        assert "--   device        cannot run on the meta device" in done.stdout, done.stdout[-3000:]
+        assert META_SKIPPED in done.stdout, done.stdout[-3000:]
+
+
+# Eager FlexAttention costs 5-300 ms a call (its mods evaluated under vmap, the block mask built on every
+# call): its whole kit took 20 s of a quick run here (400 s under ci), more than the rest of the zoo, so a
+# day-to-day run checks the properties its declaration is about: the oracle, the causal mask (prefix
+# invariance) and the documents, and the device property's skip.
+FLEX_SELECTION = "test_matches_the_oracle or future_positions or packed_document or device_of_q"
+
+
+def test_the_flex_attention_target_passes_the_kit():
+    """The soft-capped document attention on FlexAttention passes the whole kit under the deep profiles
+    (ci, thorough), and FLEX_SELECTION in a day-to-day run."""
+    selection = () if kit_profile() in DEEP_PROFILES else ("-k", FLEX_SELECTION)
+    done = run_properties(FLEX, *selection, as_user=True)
+    assert_passes(done)
+    if not torch.cuda.is_available():
+        assert META_SKIPPED in done.stdout, done.stdout[-3000:]
+
+
+# Each broken twin: the properties that must fail it, and what each of their failures says.
+TWINS = {
+    "examples.zoo.flex_softcap_documents:cap_after_mask": {  # hidden keys keep the logit -cap
+        "test_future_positions_do_not_change_the_prefix": ("outputs at positions <=", "after changing"),
+    },
+    "examples.zoo.varlen_packed:off_by_one": {  # a document starts on the previous one's last token
+        "test_each_packed_document_is_attended_as_if_alone": ("rows of document", "vs that document alone"),
+    },
+    "examples.zoo.alibi_bloom:flipped_sign": {  # slope * (q - kv): distant keys rewarded
+        "test_matches_the_oracle": ("output vs the oracle", "checked under its declaration: score_mod alibi"),
+    },
+    "examples.zoo.tiled_gqa_attend:interleaved_groups": {  # declared gqa-tile, grouped h // r
+        "test_matches_the_oracle": (
+            "the target follows interleaved GQA (query head h reads KV head h // r), though the target "
+            "declares gqa-tile",
+        ),
+    },
+}
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_each_broken_twin_fails_saying_what_it_does(twin):
+    """The properties that must catch the twin's bug fail it, under the derandomized mutation profile
+    (the same examples every run, none shrunk), each saying what it saw; the twin is checked under the
+    same declaration as its correct target."""
+    expected = TWINS[twin]
+    done = run_properties(twin, "-k", " or ".join(expected), profile="mutation", as_user=True)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    reports = failure_reports(done.stdout)
+    for test, says in expected.items():
+        failed = {name: report for name, report in reports.items() if name.partition("[")[0] == test}
+        assert failed, f"{test} did not fail {twin}: {list(reports)}"
+        for name, report in failed.items():
+            for words in says:
+                assert words in report, f"{name} does not say {words!r} for {twin}:\n{report[-3000:]}"
 
 
 def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved_pairs():
