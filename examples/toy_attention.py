@@ -66,9 +66,9 @@ def attention(
         if window is not None:
             allowed = allowed & (key > position - window)
     if document_ids is not None:
-        # The document at each query's position (none before the first key), against each key's.
+        # The document at each query's position (the first key's before it), against each key's.
         own = document_ids[:, position.squeeze(1).clamp(min=0)]  # (B, Tq)
-        same = (own[:, :, None] == document_ids[:, None, :]) & (position >= 0)
+        same = own[:, :, None] == document_ids[:, None, :]
         allowed = allowed & same[:, None]  # (B, 1, Tq, Tk)
     scores = scores.masked_fill(~allowed, -math.inf)
 

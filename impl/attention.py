@@ -15,7 +15,8 @@ Three variants of the logits and the mask, each off unless asked for:
 - ``alibi_slopes`` (Hq,): ALiBi's bias slope_h * (j - p) is added to the (capped) logit of key j for
   the query at position p, a penalty linear in the distance (BLOOM, MPT);
 - ``document_ids`` (B, Tk): packed sequences, the document of each key; the query at position p
-  sees only keys of document_ids[p], on top of its mask (a query before the first key sees none).
+  sees only keys of document_ids[p], on top of its mask (a query before the first key: of the first
+  key's document).
 """
 
 from __future__ import annotations
@@ -131,11 +132,11 @@ def alibi_bias(slopes: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
 
 def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
     """(B, Tq, Tk) bool: query i (at position Tk - Tq + i) and key j lie in one document; a query
-    at a position before the first key lies in none."""
+    at a position before the first key lies in the first key's document (one document is none)."""
     tk = document_ids.shape[1]
-    positions = torch.arange(tk - tq, tk, device=document_ids.device)
-    queries = document_ids[:, positions.clamp(min=0)]  # (B, Tq): the document at each query's position
-    return (queries[:, :, None] == document_ids[:, None, :]) & (positions >= 0)[None, :, None]
+    positions = torch.arange(tk - tq, tk, device=document_ids.device).clamp(min=0)
+    queries = document_ids[:, positions]  # (B, Tq): the document at each query's position
+    return queries[:, :, None] == document_ids[:, None, :]
 
 
 # Queries per tile of the tiled path.  Causal attention over more queries than one tile runs
@@ -322,10 +323,10 @@ def explicit_attention(
     weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
     if sinks is not None:
         weights = weights[..., :tk]  # drop the sink column
-    if labelled:
-        # A pad before every real token, or a query before the first key's document, sees no key: its
-        # softmax is NaN.  Every masked weight is 0, which sets that row to 0 and leaves the others as
-        # they are (exp(-inf) is 0 already).
+    if padding_mask is not None:
+        # A pad before every real token sees no key: its softmax is NaN.  Every masked weight is 0,
+        # which sets that row to 0 and leaves the others as they are (exp(-inf) is 0 already).  (A
+        # document always holds the key at its query's own position, or all of it without the mask.)
         weights = weights.masked_fill(~allowed, 0.0)
 
     grouped_weights = weights.reshape(batch, n_kv_heads, group * tq, tk)

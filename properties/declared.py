@@ -159,12 +159,11 @@ def mod_name(mod) -> str:
 
 
 def declaration(target: Target) -> str:
-    """The declaration a target is checked under, in a few words ("" for none): its conventions, its
-    mods by name, and packed sequences."""
+    """The declaration a target is checked under, in a few words ("" for none): its conventions and its
+    mods by name (its capabilities, "documents" among them, have a table of their own)."""
     parts = [f"conventions {', '.join(sorted(target.conventions))}"] if target.conventions else []
     parts += [f"score_mod {mod_name(target.score_mod)}"] if target.score_mod is not None else []
     parts += [f"mask_mod {mod_name(target.mask_mod)}"] if target.mask_mod is not None else []
-    parts += ["documents"] if "documents" in target.capabilities else []
     return "; ".join(parts)
 
 

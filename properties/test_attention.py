@@ -118,8 +118,11 @@ def test_masked_weights_are_exactly_zero(case, data, device):
     kwargs = case.keywords(sinks, device)
     _, w = sdpa(q, k, v, **kwargs, return_weights=True)
     allowed = declared_mask(q, k, **kwargs).to(device)  # (B, Hq, Tq, Tk) under the declaration
-    declared = TARGET.mask_mod is not None or "document_ids" in kwargs
-    hides = "keys the declared mask hides" if declared else "future / out-of-window keys"
+    hides = "future / out-of-window keys"
+    if TARGET.mask_mod is not None:
+        hides = f"keys its mask_mod {mod_name(TARGET.mask_mod)} hides"
+    elif case.documents is not None and any(len(row) > 1 for row in case.documents):
+        hides += " or other documents' keys"
     what = f"weights on {hides} (W={case.window}, {dtype})"
     masked = w.masked_fill(allowed, 0)  # the weights no query may have, where they sit; 0 elsewhere
     if torch.count_nonzero(masked):

@@ -99,14 +99,14 @@ def score_slopes(score_mod: ScoreMod, scores: torch.Tensor) -> tuple[torch.Tenso
 
 def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
     """(B, Tq, Tk) bool: query i (at position Tk - Tq + i) and key j lie in one document of
-    ``document_ids`` (B, Tk); a query at a position before the first key lies in none."""
+    ``document_ids`` (B, Tk); a query at a position before the first key (Tq > Tk) lies in the first
+    key's document, so that one document is the same as none (a causal mask hides every key from it)."""
     ids = document_ids.detach().cpu()
     batch, tk = ids.shape
     same = torch.zeros(batch, tq, tk, dtype=torch.bool)
     for i in range(tq):
-        position = tk - tq + i
-        if 0 <= position < tk:
-            same[:, i] = ids[:, position, None] == ids
+        position = max(tk - tq + i, 0)
+        same[:, i] = ids[:, position, None] == ids
     return same
 
 
