@@ -13,7 +13,7 @@ from attnspec.properties.conventions import (
     rope_convention_mismatch,
 )
 from attnspec.properties.declared import declaration
-from attnspec.properties.references import declared_conditioning
+from attnspec.properties.references import declared_conditioning, declared_gradient_conditioning
 from attnspec.properties.targets import current
 from attnspec.specs.tolerance import golden_bound, rounded_once_bound, scoring_dtype
 
@@ -60,17 +60,22 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, **kwar
 
 
 class Conditioning:
-    """What rounding each logit at its magnitude lets a correct attention output (``"out"``) and its
-    weights (``"weights"``) be off by (specs.tolerance.attention_conditioning under the target's
-    declaration), for inputs of q's dtype scored as the target scores them.  Computed only when a
-    comparison needs it: the assertions try the bound without it first, which nearly every passing
-    example meets.  ``call``: the keywords of the target's call (causal, window, sinks, scale,
+    """What rounding each logit at its magnitude lets a correct attention output (``"out"``), its
+    weights (``"weights"``) and, given the upstream gradient ``d_out``, its gradients (``"dQ"``, ``"dK"``,
+    ``"dV"``) be off by (specs.tolerance.attention_conditioning and gradient_conditioning under the
+    target's declaration), for inputs of q's dtype scored as the target scores them.  Computed only
+    when a comparison needs it: the assertions try the bound without it first, which nearly every
+    passing example meets.  ``call``: the keywords of the target's call (causal, window, sinks, scale,
     document_ids)."""
 
-    def __init__(self, q, k, v, **call) -> None:
+    GRADIENTS = ("dQ", "dK", "dV")
+
+    def __init__(self, q, k, v, d_out=None, **call) -> None:
         self._inputs = (q, k, v)
+        self._d_out = d_out
         self._call = call
         self._terms: tuple[torch.Tensor, torch.Tensor, float] | None = None
+        self._gradient_terms: tuple[torch.Tensor, ...] | None = None
 
     def _computed(self) -> tuple[torch.Tensor, torch.Tensor, float]:
         if self._terms is None:
@@ -79,6 +84,13 @@ class Conditioning:
         return self._terms
 
     def term(self, of: str) -> torch.Tensor:
+        if of in self.GRADIENTS:
+            if self._gradient_terms is None:
+                dtype = scoring_dtype(self._inputs[0].dtype)
+                self._gradient_terms = declared_gradient_conditioning(
+                    *self._inputs, self._d_out, dtype, **self._call
+                )
+            return self._gradient_terms[self.GRADIENTS.index(of)]
         return self._computed()[0 if of == "out" else 1]
 
     def says(self, of: str) -> str:

@@ -23,7 +23,7 @@ from attnspec.specs.oracle import (
     rms_norm_oracle,
     visible_for,
 )
-from attnspec.specs.tolerance import attention_conditioning
+from attnspec.specs.tolerance import attention_conditioning, gradient_conditioning
 
 # --- the oracle under the target's declaration ------------------------------------------------------
 #
@@ -61,6 +61,13 @@ def declared_conditioning(q, k, v, dtype: torch.dtype, **call) -> tuple[torch.Te
     keywords = declared_keywords(q, k, **call)
     keywords.pop("padding_mask", None)
     return attention_conditioning(q, k, v, dtype=dtype, **keywords)
+
+
+def declared_gradient_conditioning(q, k, v, d_out, dtype: torch.dtype, **call) -> tuple:
+    """specs.tolerance.gradient_conditioning under the declaration: (dQ, dK, dV) terms."""
+    keywords = declared_keywords(q, k, **call)
+    keywords.pop("padding_mask", None)
+    return gradient_conditioning(q, k, v, d_out, dtype=dtype, **keywords)
 
 
 def declared_mask(q: torch.Tensor, k: torch.Tensor, causal: bool = True, window=None, document_ids=None, **_):

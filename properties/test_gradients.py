@@ -31,7 +31,12 @@ from attnspec.properties.hypothesis_helpers import (
 )
 from attnspec.properties.kernel_cases import kernel_cases
 from attnspec.properties.laws import holds, law_problem
-from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_exactly_zero, assert_golden
+from attnspec.properties.pytest_helpers import (
+    Conditioning,
+    assert_exactly_equal,
+    assert_exactly_zero,
+    assert_golden,
+)
 from attnspec.properties.references import declared_gradients, declared_mask
 from attnspec.properties.run_report import lacks
 from attnspec.properties.skips import require_dtype
@@ -84,18 +89,22 @@ def where_wrong(name: str, wrong: torch.Tensor, case: AttnCase) -> str:
     return where_keys_in_blocks(rows, case.tk, SIZES)
 
 
-def assert_gradients_golden(grads, golden, reference, case: AttnCase, what: str) -> None:
-    """Each gradient within the golden bound of its own (specs/tolerance.py); a failure names every wrong
-    gradient and where its wrong rows sit in the kernel's blocks."""
+def assert_gradients_golden(grads, golden, reference, case: AttnCase, what: str, conditioning) -> None:
+    """Each gradient within the golden bound of its own (specs/tolerance.py), with the conditioning term of
+    dQ, dK and dV (``conditioning``: pytest_helpers.Conditioning with the upstream gradient) where the bound
+    without it fails; a failure names every wrong gradient and where its wrong rows sit in the kernel's
+    blocks."""
     wrong = []
     for name, grad, gold, ref in zip(NAMES, grads, golden, reference, strict=True):
         if gold is None:
             continue
+        of = name if name in Conditioning.GRADIENTS else None
         try:
-            assert_golden(grad, gold, ref, f"{name} {what}")
+            assert_golden(grad, gold, ref, f"{name} {what}", conditioning if of else None, of or "out")
         except AssertionError as failure:
             err = (grad.detach().cpu().double() - gold).abs().nan_to_num(nan=float("inf"))
-            rows = where_wrong(name, err > golden_bound(gold, ref, grad.dtype), case)
+            term = conditioning.term(of) if of else None
+            rows = where_wrong(name, err > golden_bound(gold, ref, grad.dtype, term), case)
             wrong.append(f"{failure}; {rows}")
     if wrong:
         names = ", ".join(line.split(" ", 1)[0] for line in wrong)
@@ -148,7 +157,8 @@ def test_gradients_match_the_oracle(dtype, case, seed, sink_shift, device):
     low = dtype != torch.float64
     reference = declared_gradients(q, k, v, d_out, dtype=dtype, **kwargs) if low else golden
     what = f"vs the oracle's ({dtype}, {shape_of(case)}, sinks shifted by {sink_shift})"
-    assert_gradients_golden(grads, golden, reference, case, what)
+    conditioning = Conditioning(q, k, v, d_out, **kwargs)
+    assert_gradients_golden(grads, golden, reference, case, what, conditioning)
 
 
 # --- GRAD-3: where nothing is seen, nothing flows back ------------------------------------------

@@ -17,6 +17,7 @@ exact angles.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -58,7 +59,28 @@ def scoring_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def attention_conditioning(
+@dataclass
+class LogitErrors:
+    """What a correct formulation scoring in a dtype may be off by, logit by logit (logit_errors)."""
+
+    probabilities: torch.Tensor  # (B, Hq, Tq, Tk [+ 1 with sinks]): the float64 softmax, sink last
+    delta: torch.Tensor  # the same shape: how far each (modified) logit may be off; 0 where hidden
+    slope: torch.Tensor | None  # (B, Hq, Tq, Tk): the score_mod's slope, None without one
+    values: torch.Tensor  # (B, Hq, Tk, dv): each query head's values, float64
+    largest: float  # the largest |logit| a query sees
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """The real keys' probabilities (B, Hq, Tq, Tk)."""
+        return self.probabilities[..., : self.values.shape[2]]
+
+    def weight_errors(self) -> torch.Tensor:
+        """|delta p_ij| <= p_ij (delta_ij + sum_l p_il delta_il), first order, (B, Hq, Tq, Tk)."""
+        mean_delta = (self.probabilities * self.delta).sum(dim=-1, keepdim=True)
+        return self.keys * (self.delta[..., : self.values.shape[2]] + mean_delta)
+
+
+def logit_errors(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -71,10 +93,52 @@ def attention_conditioning(
     score_mod=None,
     mask_mod=None,
     document_ids: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+) -> LogitErrors:
+    """How far each logit of a correct formulation that scores in ``dtype`` may be from the oracle's,
+    and the float64 probabilities it perturbs (attention_conditioning has the derivation)."""
+    u = torch.finfo(dtype).eps / 2
+    q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
+    batch, n_heads, tq, head_dim = q.shape
+    tk = k.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    heads = torch.arange(n_heads) // (n_heads // k.shape[1])
+    k, v = k[:, heads], v[:, heads]
+    s = (q @ k.transpose(-2, -1)) * scale
+    delta = u * (LOGIT_ROUNDINGS * s.abs() + q.abs() @ k.abs().transpose(-2, -1) * abs(scale))
+    allowed = visible(
+        batch, n_heads, tq, tk, causal=causal, window=window, mask_mod=mask_mod, document_ids=document_ids
+    )
+    slope = None
+    if score_mod is not None:
+        modified, slope = score_slopes(score_mod, s)
+        allowed = allowed & (modified > -math.inf)  # a score_mod may hide a key with -inf too
+        # the mod's own roundings, at its result and at its offset from the tangent through 0 (a bias):
+        # up to the largest offset a row sees, since a formulation may shift a row's biases by any
+        # constant (BLOOM adds slope * j for ALiBi's slope * (j - i))
+        offset = (modified - slope * s).abs().masked_fill(~allowed, 0.0)
+        row_shift = offset.amax(dim=-1, keepdim=True) if tk else offset
+        own = u * LOGIT_ROUNDINGS * (modified.abs().nan_to_num(posinf=0.0) + offset + row_shift)
+        delta, s = slope.abs() * (delta + u * s.abs()) + own, modified
+    logits = s.masked_fill(~allowed, -math.inf)
+    if sinks is not None:
+        sink = sinks.detach().cpu().to(torch.float64).view(1, n_heads, 1, 1).expand(batch, n_heads, tq, 1)
+        logits = torch.cat([logits, sink], dim=-1)
+        delta = torch.cat([delta, u * LOGIT_ROUNDINGS * sink.abs().nan_to_num(posinf=0.0)], dim=-1)
+    top = logits.amax(dim=-1, keepdim=True)
+    p = torch.exp(logits - torch.where(top == -math.inf, 0.0, top))
+    total = p.sum(dim=-1, keepdim=True)
+    p = torch.where(total > 0, p / torch.where(total > 0, total, 1.0), 0.0)
+    delta = torch.where(p > 0, delta, 0.0)
+    seen = s.abs().masked_fill(~allowed, 0.0)
+    largest = seen.max().item() if seen.numel() else 0.0
+    return LogitErrors(p, delta, slope, v, largest)
+
+
+def attention_conditioning(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **problem) -> tuple:
     """(output term (B, Hq, Tq, dv), weights term (B, Hq, Tq, Tk), the largest |logit| a query sees):
     how far a correct formulation that scores in ``dtype`` may be from the float64 oracle because it
-    rounds each logit at its own magnitude.
+    rounds each logit at its own magnitude (``problem``: causal, window, sinks, scale, dtype and the
+    declaration's score_mod, mask_mod and document_ids).
 
     With u the unit roundoff of ``dtype``, logit s_ij = scale q_i.k_j and a_ij = scale sum_f |q_if k_jf|,
     a formulation may carry each logit with an error of up to
@@ -92,48 +156,57 @@ def attention_conditioning(
     A declared ``score_mod`` f (specs/mods.py) carries a logit's error through its slope and rounds
     on its own: the modified logit s' = f(s) may be off by
 
-        |f'(s)| (delta_ij + u |s_ij|) + u LOGIT_ROUNDINGS (|s'_ij| + |s'_ij - s_ij|)
+        |f'(s)| (delta_ij + u |s_ij|) + u LOGIT_ROUNDINGS (|s'_ij| + |b_ij| + max_l |b_il|)
 
-    (the division inside a soft-cap's tanh, a bias computed and added in the dtype); the mask is the
-    declaration's (``mask_mod``, ``document_ids``)."""
-    u = torch.finfo(dtype).eps / 2
-    q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
-    batch, n_heads, tq, head_dim = q.shape
-    tk = k.shape[2]
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    heads = torch.arange(n_heads) // (n_heads // k.shape[1])
-    k, v = k[:, heads], v[:, heads]
-    s = (q @ k.transpose(-2, -1)) * scale
-    delta = u * (LOGIT_ROUNDINGS * s.abs() + q.abs() @ k.abs().transpose(-2, -1) * abs(scale))
-    if score_mod is not None:
-        modified, slope = score_slopes(score_mod, s)
-        own = u * LOGIT_ROUNDINGS * (modified.abs() + (modified - s).abs())
-        delta, s = slope.abs() * (delta + u * s.abs()) + own, modified
-    allowed = visible(
-        batch, n_heads, tq, tk, causal=causal, window=window, mask_mod=mask_mod, document_ids=document_ids
-    )
-    allowed = allowed & (s > -math.inf)  # a score_mod may hide a key with -inf too
-    logits = s.masked_fill(~allowed, -math.inf)
-    if sinks is not None:
-        sink = sinks.detach().cpu().to(torch.float64).view(1, n_heads, 1, 1).expand(batch, n_heads, tq, 1)
-        logits = torch.cat([logits, sink], dim=-1)
-        delta = torch.cat([delta, u * LOGIT_ROUNDINGS * sink.abs().nan_to_num(posinf=0.0)], dim=-1)
-    top = logits.amax(dim=-1, keepdim=True)
-    p = torch.exp(logits - torch.where(top == -math.inf, 0.0, top))
-    total = p.sum(dim=-1, keepdim=True)
-    p = torch.where(total > 0, p / torch.where(total > 0, total, 1.0), 0.0)
-    delta = torch.where(p > 0, delta, 0.0)
-    keys = p[..., :tk]
-    out = keys @ v
-    spread = (v[:, :, None] - out[:, :, :, None]).abs()  # (B, Hq, Tq, Tk, dv)
-    out_term = torch.einsum("bhij,bhijf->bhif", keys * delta[..., :tk], spread)
-    if sinks is not None:
-        out_term = out_term + (p[..., tk:] * delta[..., tk:]) * out.abs()
-    mean_delta = (p * delta).sum(dim=-1, keepdim=True)
-    weights_term = keys * (delta[..., :tk] + mean_delta)
-    seen = s.abs().masked_fill(~allowed, 0.0)
-    largest = seen.max().item() if seen.numel() else 0.0
-    return 2 * out_term, 2 * weights_term, largest
+    with b = s' - f'(s) s its offset (a bias: the division inside a soft-cap's tanh, a bias computed
+    and added in the dtype, and a bias shifted by a row's constant, which the softmax ignores); the
+    mask is the declaration's (``mask_mod``, ``document_ids``)."""
+    errors = logit_errors(q, k, v, **problem)
+    keys, values, tk = errors.keys, errors.values, errors.values.shape[2]
+    out = keys @ values
+    spread = (values[:, :, None] - out[:, :, :, None]).abs()  # (B, Hq, Tq, Tk, dv)
+    out_term = torch.einsum("bhij,bhijf->bhif", keys * errors.delta[..., :tk], spread)
+    if errors.probabilities.shape[-1] > tk:  # the sink column
+        out_term = out_term + (errors.probabilities[..., tk:] * errors.delta[..., tk:]) * out.abs()
+    return 2 * out_term, 2 * errors.weight_errors(), errors.largest
+
+
+def gradient_conditioning(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor, **problem
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ term (B, Hq, Tq, d), dK term (B, Hkv, Tk, d), dV term (B, Hkv, Tk, dv)): the logits' errors
+    of attention_conditioning carried through the backward's formulas to first order (doubled, as the
+    outputs' are), for the upstream gradient ``d_out``.  With e_ij the weights' error bound,
+
+        |d dV_j| <= sum_i e_ij |dO_i|      |d D_i| <= sum_j e_ij |dp_ij|      (dp_ij = dO_i . v_j)
+        |d ds_ij| <= (e_ij |dp_ij - D_i| + p_ij |d D_i|) |f'_ij|
+        |d dQ_i| <= scale sum_j |d ds_ij| |k_j|      |d dK_j| <= scale sum_i |d ds_ij| |q_i|
+
+    a KV head gathering its query heads' terms.  A gradient's own ref_lowp need not see these: the
+    oracle's formulation happens to be exact where another formulation's rounding is not."""
+    errors = logit_errors(q, k, v, **problem)
+    q, k = (t.detach().cpu().to(torch.float64) for t in (q, k))
+    d_out = d_out.detach().cpu().to(torch.float64)
+    n_heads, n_kv_heads = q.shape[1], k.shape[1]
+    scale = problem.get("scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    keys, e = errors.keys, errors.weight_errors()
+    dp = d_out @ errors.values.transpose(-2, -1)  # (B, Hq, Tq, Tk)
+    big_d = (keys * dp).sum(dim=-1, keepdim=True)
+    d_big_d = (e * dp.abs()).sum(dim=-1, keepdim=True)
+    d_ds = e * (dp - big_d).abs() + keys * d_big_d
+    if errors.slope is not None:
+        d_ds = d_ds * errors.slope.abs()
+    heads = torch.arange(n_heads) // (n_heads // n_kv_heads)
+    d_dq = abs(scale) * d_ds @ k[:, heads].abs()
+    per_head_dk = abs(scale) * d_ds.transpose(-2, -1) @ q.abs()  # (B, Hq, Tk, d)
+    per_head_dv = e.transpose(-2, -1) @ d_out.abs()  # (B, Hq, Tk, dv)
+
+    def gathered(per_query_head: torch.Tensor) -> torch.Tensor:  # each KV head sums its query heads'
+        shape = (per_query_head.shape[0], n_kv_heads, n_heads // n_kv_heads, *per_query_head.shape[2:])
+        return per_query_head.reshape(shape).sum(dim=2)
+
+    return 2 * d_dq, 2 * gathered(per_head_dk), 2 * gathered(per_head_dv)
 
 
 def rounded_once_bound(

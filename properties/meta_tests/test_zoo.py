@@ -41,21 +41,10 @@ CANNOT_RUN_ON_META = (*ZOO[:2], FLEX, "examples.zoo.varlen_packed:attention")
 META_SKIPPED = "--   device        cannot run on the meta device"
 
 
-# A false failure of the kit, to be fixed there (specs/tolerance.py): BLOOM adds slope * j, leaving out the
-# row's constant slope * i as the softmax allows, so in float32 the logits near the diagonal are rounded at
-# ~slope * i (135 at Tk = 191) where the tolerance allows for the declared slope * (j - i) only.  On the
-# long cases (Tk ~ 190: every ci run draws some, a quick run now and then, and Hypothesis's database
-# replays them) its output and dV exceed the float32 bound by 3-20 %; the same target declaring its bias
-# as BLOOM writes it (score + slope * kv_idx) passes.  Expected to fail until then, not required to.
-FALSE_FAILURES = {
-    "examples.zoo.alibi_bloom:attention": "the float32 bound ignores BLOOM's row-shifted ALiBi bias",
-}
-
-
 @pytest.mark.parametrize("target", ZOO)
-def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target, request):
-    if target in FALSE_FAILURES:
-        request.applymarker(pytest.mark.xfail(reason=FALSE_FAILURES[target], strict=False))
+def test_each_correct_target_of_the_zoo_passes_the_whole_kit(target):
+    # (BLOOM's ALiBi adds slope * j, the declared slope * (j - i) shifted by a row's constant, which
+    # float32 rounds at ~slope * i: the conditioning term allows for a row shift of a mod's bias)
     done = run_properties(target, as_user=True)
     assert_passes(done)
     if target in CANNOT_RUN_ON_META and not torch.cuda.is_available():  # skipped with its reason, counted
