@@ -120,6 +120,8 @@ def _hidden_keys_problem(target: Target, length: int) -> str | None:
             return None
         missing = ([] if hides else ["window"]) + ([] if target.supports("decode") else ["decode"])
         return f"--impl {target.name} lacks: {', '.join(missing)}"
+    if target.supports("documents", "decode"):  # documents before a decode step's own
+        return None
     queries = (1, 3, length) if target.supports("decode") else (length,)
     for tq in queries:
         mask = mask_values(target.mask_mod, BATCH, _heads(target), tq, length)
