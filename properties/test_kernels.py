@@ -2,9 +2,9 @@
 
 A flash-style kernel walks key blocks with a running max and sum, skips blocks no query may see,
 masks the blocks a diagonal or a window edge cuts, and switches path with the problem size.  Its
-bugs live at block boundaries (KERN-1), in the running statistics (KERN-2), in masks that cut
-through a block (KERN-3), at logits or sinks far beyond exp's range (KERN-4) and in the GQA head
-index inside the kernel (KERN-5).  None of these properties needs the attention weights.  Cases
+bugs live at block boundaries (KERN-1, causal and not), in the running statistics (KERN-2), in masks
+that cut through a block (KERN-3), at logits or sinks far beyond exp's range (KERN-4) and in the GQA
+head index inside the kernel (KERN-5).  None of these properties needs the attention weights.  Cases
 land on the target's declared block sizes and path switches (``blocks``/``switches``, blocks.py),
 or on common block sizes when it declares none, so every profile meets a few long sequences.
 """
@@ -128,6 +128,20 @@ def test_lengths_around_the_block_sizes_match_the_oracle(dtype, case, device):
     out = sdpa(q, k, v, **case.keywords(sinks, device))
     what = f"output at block-boundary lengths vs the oracle ({shape_of(case)}, {dtype})"
     assert_matches_oracle(out, q, k, v, what, **case.keywords(sinks, device))
+
+
+@pytest.mark.req("KERN-1", "ATTN-4")
+@pytest.mark.needs("non_causal")
+@example(case=LONG)
+@given(case=kernel_cases(windows=False))
+def test_non_causal_attention_over_many_blocks_matches_the_oracle(case, device):
+    # Without the causal mask every query block visits every key block: a kernel that keeps its causal
+    # bounds on a non-causal call (a query block stops at its diagonal) loses the later keys.
+    q, k, v, sinks = case.make(device, PRECISE)
+    kwargs = case.keywords(sinks, device, causal=False)
+    out = sdpa(q, k, v, **kwargs)
+    what = f"non-causal output over key blocks vs the oracle ({shape_of(case)})"
+    assert_matches_oracle(out, q, k, v, what, **kwargs)
 
 
 @pytest.mark.req("KERN-1")
