@@ -102,12 +102,9 @@ def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
     ``document_ids`` (B, Tk); a query at a position before the first key (Tq > Tk) lies in the first
     key's document, so that one document is the same as none (a causal mask hides every key from it)."""
     ids = document_ids.detach().cpu()
-    batch, tk = ids.shape
-    same = torch.zeros(batch, tq, tk, dtype=torch.bool)
-    for i in range(tq):
-        position = max(tk - tq + i, 0)
-        same[:, i] = ids[:, position, None] == ids
-    return same
+    tk = ids.shape[1]
+    positions = (torch.arange(tq) + tk - tq).clamp(min=0)
+    return ids[:, positions, None] == ids[:, None, :]
 
 
 # --- the reference mods of impl's variants, from their formulas ------------------------------------
