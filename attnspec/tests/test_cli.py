@@ -27,9 +27,11 @@ from attnspec.properties.target_checks import load_problem
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
 
-# exactly one masked weight that is not zero: batch 0, head 1, query 0, key 3 (in the future of
-# query 0 wherever Tk - Tq < 3)
-LEAK = """
+
+def leaking(condition: str, entry: str) -> str:
+    """The toy target with one masked weight set to 0.25 at ``entry`` of the weights wherever
+    ``condition`` (on tq, tk and the number of heads h) holds."""
+    return f"""
 import toy
 
 def attention(q, k, v, **kwargs):
@@ -38,32 +40,23 @@ def attention(q, k, v, **kwargs):
         return result
     out, weights = result
     weights = weights.clone()
-    if weights.shape[1] > 1 and weights.shape[2] > 0 and weights.shape[3] > 3:
-        weights[0, 1, 0, 3] = 0.25
+    h, tq, tk = weights.shape[1], weights.shape[2], weights.shape[3]
+    if {condition}:
+        weights[{entry}] = 0.25
     return out, weights
 
 attention.capabilities = toy.attention.capabilities
 """
+
+
+# exactly one masked weight that is not zero: batch 0, head 1, query 0, key 3 (in the future of
+# query 0 wherever Tk - Tq < 3)
+LEAK = leaking("h > 1 and tq > 0 and tk > 3", "0, 1, 0, 3")
 
 # a masked weight that is not zero in every call with two queries or more: query 0's first future key,
 # head 0, so that every property that reads weights fails on nearly every example (the --jobs comparison
 # needs the same failures from two runs that draw their own examples)
-LEAKS_OFTEN = """
-import toy
-
-def attention(q, k, v, **kwargs):
-    result = toy.attention(q, k, v, **kwargs)
-    if not kwargs.get("return_weights"):
-        return result
-    out, weights = result
-    weights = weights.clone()
-    tq, tk = weights.shape[2], weights.shape[3]
-    if tq >= 2 and tk >= 2:
-        weights[0, 0, 0, tk - tq + 1] = 0.25
-    return out, weights
-
-attention.capabilities = toy.attention.capabilities
-"""
+LEAKS_OFTEN = leaking("tq >= 2 and tk >= 2", "0, 0, 0, tk - tq + 1")
 
 
 # a target that crashes in every worker process of `attnspec check --jobs` (forks of the check's own
