@@ -175,4 +175,3 @@ def law_problem(target: Target, law: str) -> str | None:
 
 def holds(target: Target, law: str) -> bool:
     return law_problem(target, law) is None
-

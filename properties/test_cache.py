@@ -265,6 +265,7 @@ def test_update_hands_attention_the_positions_its_queries_may_see(window, sizes,
                 f"{what}: update copied the keys and values"
             )
 
+
 # --------------------------------------------------------------------------- CACHE-3
 
 
