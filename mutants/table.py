@@ -36,21 +36,29 @@ COUNTS = ("sites", "mutants", "killed", "survived", "not_exercised")
 
 
 def render(table: dict) -> str:
-    """Markdown: one row per target and fault; survivors show how many are triaged equivalents."""
+    """Markdown: one row per target and fault with a site (survivors show how many are triaged
+    equivalents), then, a line per target, the faults that found no site in it."""
     lines = [
         "| target | fault | status | sites | mutants | killed | survived (triaged) | not exercised |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
+    no_site = []
     for target in TARGETS:
         entry = table["targets"][target]
+        absent = [fault.id for fault in FAULTS if entry["faults"][fault.id]["status"] == "no site"]
         for fault in FAULTS:
             row = entry["faults"][fault.id]
+            if fault.id in absent:
+                continue
             survived = f"{row['survived']} ({row['triaged']})" if row["survived"] else "0"
             lines.append(
                 f"| {target} | {fault.id} | {row['status']} | {row['sites']} | {row['mutants']} | "
                 f"{row['killed']} | {survived} | {row['not_exercised']} |"
             )
+        if absent:
+            no_site.append(f"{target}: {', '.join(absent)}")
     seconds = ", ".join(f"{t} {table['targets'][t]['seconds']} s" for t in TARGETS)
+    lines += ["", f"No site (the fault's code is not in the target): {'; '.join(no_site)}."]
     lines += ["", f"Campaign times on 2 cores: {seconds}."]
     return "\n".join(lines)
 
