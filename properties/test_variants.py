@@ -48,7 +48,7 @@ from attnspec.properties.pytest_helpers import (
 from attnspec.properties.references import block_oracle
 from attnspec.properties.skips import require_dtype
 from attnspec.specs import mods
-from attnspec.specs.oracle import attention_oracle, mask_oracle
+from attnspec.specs.oracle import attention_oracle, mask_oracle, visible_for
 
 pytestmark = pytest.mark.needs("impl")
 
@@ -106,10 +106,9 @@ def test_soft_capped_logits_stay_within_the_cap_and_hidden_keys_at_zero(case, so
     call = case.keywords(sinks, device)
     variants, _ = variant_keywords(case.n_heads, softcap, alibi, device)
     _, w = scaled_dot_product_attention(q, k, v, **call, **variants, return_weights=True)
-    allowed = mask_oracle(case.tq, case.tk, window=case.window).to(device)
-    if "document_ids" in call:
-        ids = call["document_ids"]
-        allowed = allowed & (ids[:, case.tk - case.tq :, None] == ids[:, None, :])[:, None]
+    allowed = visible_for(
+        q, k, call.get("causal", True), case.window, document_ids=call.get("document_ids")
+    ).to(device)
     assert_exactly_zero(w.masked_fill(allowed, 0.0), f"weights of hidden keys with soft-cap {softcap}")
     log_w = torch.log(w.masked_fill(~allowed, math.nan))
     spread = log_w.nan_to_num(nan=-math.inf).amax(-1) + (-log_w).nan_to_num(nan=-math.inf).amax(-1)
