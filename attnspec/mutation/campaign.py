@@ -11,7 +11,8 @@ The campaigns on code outside impl/ all run here, on the one engine:
 1. The files are read where they are, never written: every catalogue mutant of them (or, with
    ``since``, of the functions changed since a git ref) is written as a whole mutated module into a
    fresh workspace (a temporary folder), with the plan of the campaign;
-2. the engine runs in its own process group (worker.py): the generator is the code swap of
+2. the engine runs in its own process group (worker.py, forked from this process: no second
+   interpreter to start, attnspec/forking.py): the generator is the code swap of
    generators/sites.py, the test source the pytest session or the command (suites/);
 3. the reports go to the output folder: mutation-report.json (Stryker schema) and index.html,
    mutation-summary.txt (also printed), junit.xml (one case per fault), annotations.txt (GitHub
@@ -451,7 +452,8 @@ def run(settings: Settings) -> int:
         watch = Watch(workspace, started)
         log = workspace / "engine.log"
         command = [sys.executable, "-m", "attnspec.mutation.worker", str(workspace)]
-        code = watch.run(command, worker_env(settings, workspace, plan["paths"]), log, cwd=settings.cwd)
+        env = worker_env(settings, workspace, plan["paths"])
+        code = watch.run(command, env, log, cwd=settings.cwd, fork=True)
         results_path = workspace / "results.json"
         results = json.loads(results_path.read_text()) if results_path.exists() else {}
         if code != 0 or "error" in results or not results:

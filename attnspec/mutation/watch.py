@@ -12,6 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from attnspec import forking
+from attnspec.forking import Forked
+
 PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
 POLL_S = 0.2  # how often the engine process is checked on: its end is seen this late at most
 
@@ -56,7 +59,7 @@ class Watch:
             line += f"  kill matrix: {eta['matrix_left']} left, ~{minutes(eta['matrix_seconds'])}"
         return line
 
-    def follow(self, process: subprocess.Popen) -> None:
+    def follow(self, process: subprocess.Popen | Forked) -> None:
         tty = sys.stdout.isatty()
         last_print, last_phase = 0.0, ""
         while process.poll() is None:
@@ -77,13 +80,21 @@ class Watch:
             self.tests_started = time.monotonic()
         self.finished = time.monotonic()
 
-    def run(self, command: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> int:
-        """Run ``command`` in its own process group, its output to ``log``, following its progress;
-        the group is stopped whatever happens.  Returns its exit status."""
-        with open(log, "w") as out:
-            process = subprocess.Popen(
-                command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+    def run(
+        self, command: list[str], env: dict[str, str], log: Path, cwd: Path | None = None, fork: bool = False
+    ) -> int:
+        """Run ``command`` (``python -m MODULE ARGS``) in its own process group, its output to ``log``,
+        following its progress; the group is stopped whatever happens.  Returns its exit status.
+        ``fork``: forked from this process (attnspec/forking.py: no new interpreter to start, but the
+        hash seed stays this one's) rather than a new interpreter."""
+        process: subprocess.Popen | Forked
+        if fork:
+            process = forking.start(command, cwd or Path.cwd(), env, log)
+        else:
+            with open(log, "w") as out:
+                process = subprocess.Popen(
+                    command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
         try:
             self.follow(process)
         finally:
@@ -95,7 +106,7 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen | Forked) -> None:
     """Stop a process and everything it forked (its own process group)."""
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.generators.sites import install, live_function, mutants_in
+from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.campaign import REPO_ROOT
 from mutants.tests.test_machinery import check_stryker_shape
 
@@ -82,9 +83,10 @@ def test_install_swaps_the_code_of_the_live_function_under_its_decorator(tmp_pat
 TOY = REPO_ROOT / "examples" / "toy_attention.py"
 
 
-def start(
+def campaign(
     root: Path, tmp: Path, *extra: str, source: str = "examples/toy_attention.py", impl: str = ""
-) -> subprocess.Popen:
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a conformance campaign of ``source`` whose workspace goes to ``tmp``."""
     command = [sys.executable, "-m", "mutants", "run", "--source", source]
     command += [
         "--impl",
@@ -97,24 +99,34 @@ def start(
     ]
     env = dict(os.environ, TMPDIR=str(tmp))
     env.pop("ATTNSPEC_TOY_CAPABILITIES", None)
+    return command, env
+
+
+def start(root: Path, tmp: Path, *extra: str) -> subprocess.Popen:
+    """The campaign as a process of its own (to interrupt)."""
+    command, env = campaign(root, tmp, *extra)
     return subprocess.Popen(
         command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
+def run(root: Path, tmp: Path, *extra: str, **target: str) -> tuple[int, str]:
+    """The campaign run to its end (forked from the warm server): its exit code and its output."""
+    command, env = campaign(root, tmp, *extra, **target)
+    done = run_module(command, REPO_ROOT, env, timeout=900)
+    return done.returncode, done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
-def toy_conformance(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess, str]:
+def toy_conformance(tmp_path_factory) -> tuple[Path, Path, int, str, str]:
     root, tmp = tmp_path_factory.mktemp("root"), tmp_path_factory.mktemp("tmp")
     before = hashlib.sha256(TOY.read_bytes()).hexdigest()
-    process = start(root, tmp, "-k", "matches_the_oracle")
-    output, _ = process.communicate(timeout=900)
-    return root, tmp, subprocess.CompletedProcess(process.args, process.returncode, output), before
+    return root, tmp, *run(root, tmp, "-k", "matches_the_oracle"), before
 
 
 def test_a_campaign_on_a_users_file_kills_every_fault_it_has(toy_conformance):
-    root, tmp, process, before = toy_conformance
-    output = process.stdout
-    assert process.returncode == 0, output
+    root, tmp, code, output, before = toy_conformance
+    assert code == 0, output
     assert hashlib.sha256(TOY.read_bytes()).hexdigest() == before  # the file under test never changes
     assert list(tmp.iterdir()) == []  # the workspace is gone
     reports = root / "reports" / "examples.toy_attention"
@@ -136,9 +148,8 @@ def test_a_campaign_on_a_module_kills_what_only_its_white_box_sees(tmp_path):
     """nanoGPT's attention module as a module target with its layer: the missing scale (F3), which every
     black-box property passes, is killed by the layer oracle, and so is every other fault with a site."""
     source, impl = "examples/nanogpt_attention.py", "examples.nanogpt_attention:ATTENTION"
-    process = start(tmp_path / "root", tmp_path, source=source, impl=impl)
-    output, _ = process.communicate(timeout=900)
-    assert process.returncode == 0 and "gate: passed" in output, output
+    code, output = run(tmp_path / "root", tmp_path, source=source, impl=impl)
+    assert code == 0 and "gate: passed" in output, output
     table = json.loads(
         (tmp_path / "root" / "reports" / "examples.nanogpt_attention" / "fault-table.json").read_text()
     )
@@ -172,13 +183,8 @@ def test_a_campaign_refuses_unknown_targets_and_missing_files(tmp_path):
         (["--source", "nowhere.py", "--impl", "nowhere:attention"], "no such file"),
         (["--source", "examples/toy_attention.py"], "needs --impl"),
     ]:
-        done = subprocess.run(
-            [sys.executable, "-m", "mutants", "run", *args, "--root", str(tmp_path)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [sys.executable, "-m", "mutants", "run", *args, "--root", str(tmp_path)]
+        done = run_module(command, REPO_ROOT, dict(os.environ), timeout=120)
         assert done.returncode == 2 and message in done.stderr, done.stderr
 
 

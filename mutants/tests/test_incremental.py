@@ -8,6 +8,7 @@ functions of impl/masks.py, so that each campaign takes seconds.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.campaign import REPO_ROOT
 from mutants.tests.toys import toy_root
 
@@ -51,15 +53,14 @@ def test_even_layers_get_the_window():
 }
 
 
+def mutants_command(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m mutants ARGS`` in the repository (forked from the warm server: kit_runs.py)."""
+    return run_module([sys.executable, "-m", "mutants", *args], REPO_ROOT, dict(os.environ), timeout)
+
+
 def campaign(root: Path, *options: str, keep_as: str = "") -> dict:
     """Run a campaign on ``root``; its results (and, with keep_as, a copy of its reports/)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mutants", "run", "--root", str(root), *options],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = mutants_command(["run", "--root", str(root), *options], timeout=600)
     assert done.returncode in (0, 1) and "\ngate: " in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     if keep_as:
         shutil.copytree(root / "reports", root.parent / keep_as)
@@ -107,14 +108,8 @@ def test_two_shards_merged_equal_one_campaign(toy, full):
     assert ran[0] and ran[1] and not ran[0] & ran[1] and ran[0] | ran[1] == set(full["mutants"])
 
     out = toy.parent / "merged"
-    merged = subprocess.run(
-        [sys.executable, "-m", "mutants", "merge", str(toy.parent / "shard1"), str(toy.parent / "shard2")]
-        + ["--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shards = [str(toy.parent / "shard1"), str(toy.parent / "shard2")]
+    merged = mutants_command(["merge", *shards, "--out", str(out)])
     single = toy.parent / "full"
     # the toy suite leaves F3.. alive: the merged gate fails, as the single campaign's did
     assert merged.returncode == 1 and "\ngate: FAILED" in merged.stdout, merged.stdout + merged.stderr
@@ -136,13 +131,7 @@ def test_two_shards_merged_equal_one_campaign(toy, full):
 
 
 def test_a_merge_refuses_what_is_not_one_campaign(toy, full):
-    lone = subprocess.run(
-        [sys.executable, "-m", "mutants", "merge", str(toy.parent / "full")],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    lone = mutants_command(["merge", str(toy.parent / "full")])
     assert lone.returncode == 2 and "need the shards 1..n" in lone.stderr, lone.stderr
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import attnspec
+from attnspec import forking
 
 ROOT = Path(attnspec.__file__).resolve().parents[1]
 PROPERTIES = Path(__file__).resolve().parents[1]
@@ -46,13 +46,8 @@ WARM_MODULES = (
     "hypothesis",
     "hypothesis.extra.numpy",
     "pytest",
+    "libcst.matchers",  # what the mutation campaigns (`attnspec mutate`, `python -m mutants`) parse code with
 )
-# Hypothesis is a pytest plugin, whose modules pytest rewrites when it imports them first, and warns
-# about when they are already imported: each child marks them as not to be rewritten.
-PLUGIN_MODULES = ("hypothesis", "_hypothesis_globals")
-# The default database folder that hypothesis.configuration fixes when imported (.hypothesis in the
-# folder it is imported in): each child sets it to its own folder's.
-HYPOTHESIS_HOME = "__hypothesis_home_directory_default"
 # The profiles whose depth is their point (CI runs `ci`): a kit run started under one of them runs
 # under it too.  Under `default` or `quick`, a day-to-day run, a kit run that a target must pass
 # runs the `quick` profile and one that a target must fail the derandomized `mutation` profile.
@@ -189,35 +184,16 @@ def serve() -> None:
 
 def _child(request: dict, out: Path, err: Path) -> None:
     """In the forked child: become ``python -m MODULE ARGS`` in the request's folder, with its
-    environment."""
+    environment (attnspec/forking.py, as `attnspec mutate` starts its engine), its output to files."""
     code = 3
     try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
         written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, written), (2, err, written)):
             file = os.open(path, flags, 0o600)
             os.dup2(file, fd)
             os.close(file)
         sys.stdin = open(os.devnull)  # not the server's requests
-        _, _, module, *args = request["argv"]
-        sys.argv = [module, *args]  # run_module puts the module's file first, as python -m does
-        sys.path.insert(0, os.getcwd())  # python -m's first entry: the folder it runs in
-        # Hypothesis takes its example database's default folder (.hypothesis in the current folder) when
-        # imported: the run's folder, as a new interpreter started there would
-        configuration = sys.modules["hypothesis.configuration"]
-        assert hasattr(configuration, HYPOTHESIS_HOME), f"Hypothesis no longer has {HYPOTHESIS_HOME}"
-        setattr(configuration, HYPOTHESIS_HOME, Path.cwd() / ".hypothesis")
-        for name in PLUGIN_MODULES:
-            module_object = sys.modules.get(name)
-            if module_object is not None:
-                module_object.__doc__ = (module_object.__doc__ or "") + "\nPYTEST_DONT_REWRITE"
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as done:
-            code = _exit_code(done.code)
+        code = forking.become(request["argv"], request["cwd"], request["env"])
     except BaseException:  # noqa: B036 (a child must never return into the server's loop)
         import traceback
 
@@ -226,16 +202,6 @@ def _child(request: dict, out: Path, err: Path) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def _exit_code(status: object) -> int:
-    """The process exit code that ``raise SystemExit(status)`` gives."""
-    if status is None:
-        return 0
-    if isinstance(status, int):
-        return status & 0xFF
-    print(status, file=sys.stderr)
-    return 1
 
 
 def _wait(pid: int, timeout: float) -> tuple[int, bool]:

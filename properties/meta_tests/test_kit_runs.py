@@ -74,3 +74,23 @@ def test_a_served_run_past_its_time_limit_is_stopped():
     with pytest.raises(subprocess.TimeoutExpired):
         server.run(command, {}, timeout=0.0)
     assert server.run(command, {}, timeout=60).returncode == 4  # the server goes on: the file does not exist
+
+
+PROBE = """
+import os, sys, tempfile, torch
+print(tempfile.gettempdir(), torch.get_num_threads(), sys.dont_write_bytecode, *sys.path[:2])
+"""
+
+
+def test_a_served_run_reads_what_a_new_interpreter_reads_at_its_start(tmp_path):
+    """What a new interpreter takes from its environment when it starts (the temporary folder, torch's
+    threads, bytecode writing, sys.path's first entries), a forked run takes from its own
+    (attnspec/forking.py, which `attnspec mutate` starts its engine with)."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    scratch, extra = tmp_path / "scratch", tmp_path / "extra"
+    scratch.mkdir()
+    env = dict(users_env(), TMPDIR=str(scratch), OMP_NUM_THREADS="1", PYTHONPATH=str(extra))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    done = run_module([sys.executable, "-m", "probe"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(scratch), "1", "True", str(tmp_path), str(extra)]
