@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.generators.sites import install, live_function, mutants_in
-from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.campaign import REPO_ROOT
 from mutants.tests.test_machinery import check_stryker_shape
+from mutants.tests.toys import mutants_command
 
 MODULE = textwrap.dedent(
     """
@@ -113,7 +113,7 @@ def start(root: Path, tmp: Path, *extra: str) -> subprocess.Popen:
 def run(root: Path, tmp: Path, *extra: str, **target: str) -> tuple[int, str]:
     """The campaign run to its end (forked from the warm server): its exit code and its output."""
     command, env = campaign(root, tmp, *extra, **target)
-    done = run_module(command, REPO_ROOT, env, timeout=900)
+    done = mutants_command(command[3:], timeout=900, env=env)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -183,8 +183,7 @@ def test_a_campaign_refuses_unknown_targets_and_missing_files(tmp_path):
         (["--source", "nowhere.py", "--impl", "nowhere:attention"], "no such file"),
         (["--source", "examples/toy_attention.py"], "needs --impl"),
     ]:
-        command = [sys.executable, "-m", "mutants", "run", *args, "--root", str(tmp_path)]
-        done = run_module(command, REPO_ROOT, dict(os.environ), timeout=120)
+        done = mutants_command(["run", *args, "--root", str(tmp_path)])
         assert done.returncode == 2 and message in done.stderr, done.stderr
 
 

@@ -8,17 +8,12 @@ functions of impl/masks.py, so that each campaign takes seconds.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from attnspec.properties.meta_tests.kit_runs import run_module
-from mutants.campaign import REPO_ROOT
-from mutants.tests.toys import toy_root
+from mutants.tests.toys import mutants_command, toy_root
 
 TESTS = {
     "test_fill.py": """
@@ -51,11 +46,6 @@ def test_even_layers_get_the_window():
     assert layer_window(1, 3, "all") == 3
 """,
 }
-
-
-def mutants_command(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m mutants ARGS`` in the repository (forked from the warm server: kit_runs.py)."""
-    return run_module([sys.executable, "-m", "mutants", *args], REPO_ROOT, dict(os.environ), timeout)
 
 
 def campaign(root: Path, *options: str, keep_as: str = "") -> dict:

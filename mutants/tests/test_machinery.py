@@ -27,9 +27,8 @@ from attnspec.mutation.generators.mutmut_operators import only_run_inside_their_
 from attnspec.mutation.history import reaching, site_lines
 from attnspec.mutation.reports.matrix import write_matrix
 from attnspec.mutation.reports.stryker import changed_span
-from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.campaign import REPO_ROOT, SUBPROCESS_TESTS, pyproject_text
-from mutants.tests.toys import toy_root
+from mutants.tests.toys import mutants_command, toy_root
 
 
 class _Apply(cst.CSTVisitor):
@@ -191,9 +190,8 @@ def workspace_of(first_line: str) -> Path:
 def toy_campaign(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One faults-only campaign on the toy suite, shared by the tests that read its results."""
     root = toy_root(tmp_path_factory.mktemp("campaign"), {"test_toy.py": TOY_TESTS})
-    command = [sys.executable, "-m", "mutants", "run", "--faults-only", "--root", str(root)]
-    done = run_module(command, REPO_ROOT, dict(os.environ), timeout=600)  # forked from the warm server
-    return root, subprocess.CompletedProcess(command, done.returncode, done.stdout + done.stderr)
+    done = mutants_command(["run", "--faults-only", "--root", str(root)], timeout=600)
+    return root, subprocess.CompletedProcess(done.args, done.returncode, done.stdout + done.stderr)
 
 
 def test_report_validates_against_the_published_schema(toy_campaign, stryker_schema):

@@ -3,9 +3,13 @@ cut down to the modules the toy tests reach), properties/ replaced by the given 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+from attnspec.properties.meta_tests.kit_runs import run_module
 from mutants.campaign import REPO_ROOT
 
 
@@ -27,3 +31,12 @@ def toy_root(where: Path, tests: dict[str, str], masks_only: bool = False) -> Pa
     for name, text in tests.items():
         (root / "properties" / name).write_text(text)
     return root
+
+
+def mutants_command(
+    args: list[str], timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m mutants ARGS`` in the repository, forked from the warm server (kit_runs.py), with this
+    run's environment or ``env``."""
+    command = [sys.executable, "-m", "mutants", *args]
+    return run_module(command, REPO_ROOT, dict(os.environ) if env is None else env, timeout)
