@@ -23,13 +23,14 @@ import gc
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from attnspec.mutation.cli import split_command
 from attnspec.parallel import Parallel, default_jobs
-from attnspec.pytest_plugin import PROFILES, PROFILES_HELP
+from attnspec.pytest_plugin import DATABASE_ENV, PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
@@ -76,6 +77,8 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
         f"--rootdir={properties.parent}",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:benchmark",  # pytest-benchmark, where installed, would make a .benchmarks/ folder
         "--strict-markers",
         "--no-header",
         f"--tb={args.tb}",
@@ -95,6 +98,9 @@ def check(args: argparse.Namespace) -> int:
     # the user's modules, from where the command runs (as `python -m pytest` would find them)
     sys.path.insert(0, os.getcwd())
     os.environ["HYPOTHESIS_PROFILE"] = args.profile
+    os.environ[DATABASE_ENV] = args.db or ""  # no .hypothesis/ in the user's folder unless asked for
+    from hypothesis import configuration
+
     import attnspec.properties as properties
 
     # The objects of the imports (torch, pytest, Hypothesis): out of the collector's reach, and its
@@ -104,7 +110,11 @@ def check(args: argparse.Namespace) -> int:
     gc.set_threshold(20_000, 50, 100)
     plugin = _Check()
     plugins: list[object] = [plugin, Parallel(args.jobs)]
-    code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=plugins)
+    with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
+        # Hypothesis's own files (its cache of the constants in the code it tests, a database unless
+        # --db names one) go there, not into the folder the check runs in
+        configuration.set_hypothesis_home_dir(home)
+        code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=plugins)
     if plugin.config is None or code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
         print(f"NOT CHECKED: {args.target} could not be checked (see above)")
         return NOT_CHECKED
@@ -182,6 +192,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-k", metavar="EXPRESSION", help="only the properties matching pytest's -k EXPRESSION")
     run.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report to PATH")
+    run.add_argument(
+        "--db",
+        metavar="PATH",
+        help="keep the failing examples Hypothesis finds in PATH, and replay them first next time "
+        "(default: none kept, nothing written where the check runs)",
+    )
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     run.add_argument(
         "-j",

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+# where the kit keeps Hypothesis's failing examples: "" for nowhere (properties/conftest.py reads it)
+DATABASE_ENV = "ATTNSPEC_DB"
 SESSION = "attnspec-session"  # the plugin of a run with a target, as registered (the kit's conftest asks)
 PROFILES = ("quick", "default", "ci", "thorough")  # properties/conftest.py registers them
 PROFILES_HELP = "Hypothesis examples per property: quick 5, default 25, ci 150, thorough 1000"
@@ -43,7 +45,6 @@ TEST_FILES = "test_*.py"  # the kit's own naming: properties/test_*.py (meta_tes
 # The node ids of the kit's tests: attnspec/properties/test_attention.py::test_x, the same wherever the
 # kit is installed (pytest would name a file outside the rootdir by its tests alone, ::test_x)
 NODEID = "attnspec/properties"
-HYPOTHESIS_FAILING_EXAMPLES = "_hypothesis_failing_examples"  # what Hypothesis leaves on a failed item
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -58,8 +59,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption(
         "--attnspec-profile",
         choices=PROFILES,
-        help=f"{PROFILES_HELP} (default: "
-        "$HYPOTHESIS_PROFILE when it names one of these, else default)",
+        help=f"{PROFILES_HELP} (default: $HYPOTHESIS_PROFILE when it names one of these, else default)",
+    )
+    group.addoption(
+        "--attnspec-db",
+        metavar="PATH",
+        help="keep the failing examples Hypothesis finds in the kit's properties in PATH, and replay "
+        "them first next time (default: none kept)",
     )
     group.addoption(
         "--attnspec-device",
@@ -162,6 +168,7 @@ class KitSession:
         self.device = config.getoption("attnspec_device") or os.environ.get("ATTNSPEC_DEVICE", "cpu")
         profile = os.environ.get("HYPOTHESIS_PROFILE", "default")
         self.profile = config.getoption("attnspec_profile") or (profile if profile in PROFILES else "default")
+        self.database = config.getoption("attnspec_db") or ""
         self._hypothesis: _HypothesisProfile | None = None
         config.addinivalue_line(
             "markers", f"{MARKER}: a property of attnspec's kit (pytest --attnspec TARGET)"
@@ -237,17 +244,20 @@ class KitSession:
         """Collecting the kit's folder imports its conftest, which registers its Hypothesis profiles and
         loads the one $HYPOTHESIS_PROFILE names: the one asked for here (a conftest of yours may read
         that variable too: it is set for this import alone), and yours kept, to be restored once the
-        kit's tests are collected."""
+        kit's tests are collected.  $ATTNSPEC_DB likewise: where the kit keeps its failing examples
+        (--attnspec-db; without it, nowhere)."""
         self._hypothesis = _HypothesisProfile()
-        saved = os.environ.get("HYPOTHESIS_PROFILE")
-        os.environ["HYPOTHESIS_PROFILE"] = self.profile
+        values = {"HYPOTHESIS_PROFILE": self.profile, DATABASE_ENV: self.database}
+        saved = {key: os.environ.get(key) for key in values}
+        os.environ.update(values)
         try:
             return (yield)
         finally:
-            if saved is None:
-                os.environ.pop("HYPOTHESIS_PROFILE", None)
-            else:
-                os.environ["HYPOTHESIS_PROFILE"] = saved
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         if _of_the_kit(item.nodeid):
@@ -270,10 +280,6 @@ class KitSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> None:
         self._pin_target(item)  # the kit's conftest reads it to report a failure
-        if _of_the_kit(item.nodeid):
-            # Hypothesis's pytest plugin would save a patch that adds the failing case to the kit's
-            # own test file (`git apply ...` in the summary): the installed kit's, not yours to edit
-            item.__dict__.pop(HYPOTHESIS_FAILING_EXAMPLES, None)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if _of_the_kit(report.nodeid):

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("reports", nargs="+", metavar="DIR", help="a shard's reports/ folder")
     merging.add_argument("--out", default="reports", help="where the merged reports go (default: reports)")
     merging.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
-    commands.add_parser("table", help="gather the conformance campaigns' tables into the README")
+    commands.add_parser(
+        "table", help="gather the conformance campaigns' tables into docs/explanation/conformance.md"
+    )
     args = parser.parse_args(argv)
     if args.command == "table":
         from .table import main as table_main

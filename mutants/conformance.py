@@ -4,8 +4,9 @@ attention code, graded by the kit (``python -m mutants run --target NAME`` for a
 
 They run on the one engine, as ``attnspec mutate --kit`` does (attnspec/mutation/campaign.py), with
 two things of this repository's: the survivors triaged in mutants/conformance-triage.toml (for
-their target, each with the reason it is equivalent there), and the row of the README's
-conformance table each campaign leaves in reports/<NAME>/fault-table.json (mutants/table.py).
+their target, each with the reason it is equivalent there), and the row of the
+conformance table (docs/explanation/conformance.md) each campaign leaves in
+reports/<NAME>/fault-table.json (mutants/table.py).
 
 Honest accounting: a fault without a site in the target says "no site"; a mutant that no property
 executes is "not exercised", with what the target would have to expose for the kit to reach it;

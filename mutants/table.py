@@ -1,9 +1,9 @@
-"""The README's conformance table: ``python -m mutants table``.
+"""The PAGE's conformance table: ``python -m mutants table``.
 
 Each conformance campaign writes reports/<target>/fault-table.json.  This command gathers those of
 the built-in targets into mutants/conformance-table.json (committed: the measured table) and
-rewrites the README's table between its two markers from it.  mutants/tests/test_table.py fails
-when the README and the JSON disagree, when a row does not add up, and when the catalogue changed
+rewrites the PAGE's table between its two markers from it.  mutants/tests/test_table.py fails
+when the PAGE and the JSON disagree, when a row does not add up, and when the catalogue changed
 since the table was measured (re-run the campaigns: ``tox -e conformance-mutation``).
 """
 
@@ -29,7 +29,7 @@ TARGETS = (
     "flash-ref",
 )
 TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"
-README = REPO_ROOT / "README.md"
+PAGE = REPO_ROOT / "docs" / "explanation" / "conformance.md"
 BEGIN = "<!-- conformance table: python -m mutants table -->"
 END = "<!-- end of conformance table -->"
 COUNTS = ("sites", "mutants", "killed", "survived", "not_exercised")
@@ -63,10 +63,10 @@ def render(table: dict) -> str:
     return "\n".join(lines)
 
 
-def readme_block(text: str) -> str:
-    """What lies between the README's markers."""
+def page_block(text: str) -> str:
+    """What lies between the PAGE's markers."""
     if BEGIN not in text or END not in text:
-        raise ValueError(f"the README has no conformance table markers ({BEGIN} ... {END})")
+        raise ValueError(f"the PAGE has no conformance table markers ({BEGIN} ... {END})")
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"table not written: {error}", file=sys.stderr)
         return 1
     TABLE_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    README.write_text(f"{head}{BEGIN}\n{render(table)}\n{END}{tail}", encoding="utf-8")
-    print(f"wrote {TABLE_FILE.relative_to(REPO_ROOT)} and the README's table")
+    PAGE.write_text(f"{head}{BEGIN}\n{render(table)}\n{END}{tail}", encoding="utf-8")
+    print(f"wrote {TABLE_FILE.relative_to(REPO_ROOT)} and the PAGE's table")
     return 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from attnspec.properties import targets
 from attnspec.properties.conventions import TERSE
@@ -19,10 +20,28 @@ from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
 from attnspec.properties.run_report import RunReport, lacks
 from attnspec.properties.target_checks import load_problem, target_problems
-from attnspec.pytest_plugin import SESSION
+from attnspec.pytest_plugin import DATABASE_ENV, SESSION
 from attnspec.specs import REQUIREMENTS
 
-_common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+HYPOTHESIS_FAILING_EXAMPLES = "_hypothesis_failing_examples"  # what Hypothesis leaves on a failed item
+
+
+def _database() -> dict:
+    """Where Hypothesis keeps the failing examples it found.  `attnspec check --db PATH` and `pytest
+    --attnspec-db PATH` set $ATTNSPEC_DB, to "" without the option: then none is kept, and a check
+    writes no .hypothesis/ folder into the user's project.  Unset (this repository's own runs):
+    Hypothesis's default, .hypothesis/ where pytest runs."""
+    if DATABASE_ENV not in os.environ:
+        return {}
+    path = os.environ[DATABASE_ENV]
+    return {"database": DirectoryBasedExampleDatabase(path) if path else None}
+
+
+_common = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    **_database(),
+}
 # quick: for an editor or a pre-commit hook (explicit examples and a few drawn ones); default for a
 # day's work; ci and thorough for the runs that are waited for
 settings.register_profile("quick", max_examples=5, **_common)
@@ -35,9 +54,8 @@ settings.register_profile(
     "mutation",
     max_examples=20,
     derandomize=True,
-    database=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    **_common,
+    **{**_common, "database": None},
 )
 if os.environ.get("MUTANT_UNDER_TEST"):
     settings.load_profile("mutation")
@@ -178,11 +196,15 @@ def _diagnosis(target: targets.Target, device: str) -> str | None:
     return target_diagnosis(target, device)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A property that fails a target other than impl ends with the run's diagnosis of the target
-    (diagnosis.py: the other convention it follows, if any), computed once, at the first failure."""
+    (diagnosis.py: the other convention it follows, if any), computed once, at the first failure.
+    Inside Hypothesis's own wrapper (trylast), the failing examples it left on the item are dropped:
+    its pytest plugin would write a patch that adds them to the kit's test file (`git apply
+    .hypothesis/patches/...` in the summary), the installed kit's, not the user's to edit."""
     report = yield
+    item.__dict__.pop(HYPOTHESIS_FAILING_EXAMPLES, None)
     target = targets.current()
     terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
     if report.when == "call" and report.failed and not target.supports("impl") and not terse:

@@ -1,4 +1,5 @@
-"""The README's conformance table is the one the campaigns measured, with the catalogue of today."""
+"""The docs' conformance table (docs/explanation/conformance.md) is the one the campaigns measured,
+with the catalogue of today."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import json
 
 from attnspec.mutation.generators.catalogue import FAULTS
 from mutants.conformance import catalogue_fingerprint
-from mutants.table import README, TABLE_FILE, TARGETS, readme_block, render
+from mutants.table import PAGE, TABLE_FILE, TARGETS, page_block, render
 
 MEASURED = json.loads(TABLE_FILE.read_text())
 
 
 def test_readme_shows_the_measured_table():
-    assert readme_block(README.read_text(encoding="utf-8")) == render(MEASURED), (
-        "the README's conformance table differs from mutants/conformance-table.json: python -m mutants table"
+    assert page_block(PAGE.read_text(encoding="utf-8")) == render(MEASURED), (
+        "the docs' conformance table differs from mutants/conformance-table.json: python -m mutants table"
     )
 
 

@@ -28,8 +28,8 @@ non-finite value, fails the case.  The FlashAttention grid stops at a target's f
 
 ``python -m attnspec.properties.meta_tests.peers --table`` runs both recipes and the kit on the
 corpus (CORRECT, the broken kernels and the broken targets), writes peers-table.json beside this file
-and the table between the markers of README.md; test_peers.py recomputes the recipes' verdicts and
-checks them, and the kit's, against that file.
+and the table between the markers of docs/explanation/peers.md; test_peers.py recomputes the
+recipes' verdicts and checks them, and the kit's, against that file.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def corpus() -> dict[str, str]:
 
 HERE = Path(__file__).resolve().parent
 TABLE_JSON = HERE / "peers-table.json"
-README = HERE.parents[1] / "README.md"
+PAGE = HERE.parents[1] / "docs" / "explanation" / "peers.md"
 BEGIN = "<!-- peers table: python -m attnspec.properties.meta_tests.peers --table -->"
 END = "<!-- end of peers table -->"
 
@@ -408,14 +408,14 @@ def read_table() -> dict:
     return json.loads(TABLE_JSON.read_text())
 
 
-def readme_table(text: str) -> str:
-    """The table between README's markers."""
+def page_table(text: str) -> str:
+    """The table between PAGE's markers."""
     return text.partition(BEGIN)[2].partition(END)[0].strip()
 
 
 def write_table(only: list[str] | None = None, kit: bool = True) -> dict:
     """Recompute the rows of ``only`` (every target when None; the kit too when ``kit``), keep the other
-    rows of the existing file, write peers-table.json and README's table."""
+    rows of the existing file, write peers-table.json and PAGE's table."""
     old = {row["target"]: row for row in read_table()["targets"]} if TABLE_JSON.exists() else {}
     rows = []
     for name, expected in corpus().items():
@@ -434,12 +434,12 @@ def write_table(only: list[str] | None = None, kit: bool = True) -> dict:
         rows.append(row)
     table = {"made_by": "python -m attnspec.properties.meta_tests.peers --table", "targets": rows}
     TABLE_JSON.write_text(json.dumps(table, indent=1) + "\n")
-    text = README.read_text()
+    text = PAGE.read_text()
     if BEGIN in text and END in text:
         head, _, rest = text.partition(BEGIN)
-        README.write_text(head + BEGIN + "\n" + render(table) + "\n" + END + rest.partition(END)[2])
+        PAGE.write_text(head + BEGIN + "\n" + render(table) + "\n" + END + rest.partition(END)[2])
     else:
-        print(f"README.md has no markers {BEGIN!r} ... {END!r}: the table was not inserted")
+        print(f"{PAGE} has no markers {BEGIN!r} ... {END!r}: the table was not inserted")
     return table
 
 

@@ -2,9 +2,10 @@
 
 peers.py writes the KernelBench-style check and FlashAttention's grid rule from their projects'
 documented rules; peers-table.json holds their verdicts and the kit's on the corpus (correct targets,
-broken kernels, broken targets), and README.md the table of it.  Here the recipes run again, in this
-process (a few seconds each; the kit's own verdicts come from the file: test_broken_kernels.py,
-test_conformance.py, test_capability_subsets.py and test_zoo.py establish them in every test run),
+broken kernels, broken targets), and docs/explanation/peers.md the table of it.  Here the recipes run
+again, in this process (a few seconds each; the kit's own verdicts come from the file:
+test_broken_kernels.py, test_conformance.py, test_capability_subsets.py and test_zoo.py establish
+them in every test run),
 and must give the recorded verdicts.  Nothing here runs the kit: regenerate the file and the table
 with ``python -m attnspec.properties.meta_tests.peers --table`` (``--only NAME`` for one row).
 """
@@ -52,9 +53,13 @@ def test_the_kit_fails_every_bug_a_peer_catches_and_passes_every_correct_target(
 
 
 def test_the_readme_shows_the_table_of_the_file():
-    text = peers.README.read_text()
-    assert peers.BEGIN in text and peers.END in text, "README.md lost the peers table's markers"
-    assert peers.readme_table(text) == peers.render(TABLE), f"README's peers table is stale: {REGENERATE}"
+    text = peers.PAGE.read_text()
+    assert peers.BEGIN in text and peers.END in text, (
+        "docs/explanation/peers.md lost the peers table's markers"
+    )
+    assert peers.page_table(text) == peers.render(TABLE), (
+        f"the peers table of docs/explanation/peers.md is stale: {REGENERATE}"
+    )
 
 
 def test_the_grids_eager_reference_in_float64_is_the_oracle():
