@@ -246,7 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     command: list[str] = []
     if argv[:1] == ["mutate"]:  # the test command follows `--`, with options of its own
         argv, command = split_command(argv)
-    args = parser().parse_args(argv)
+    main_parser = parser()
+    args, unknown = main_parser.parse_known_args(argv)
+    if unknown:
+        error = f"unrecognized arguments: {' '.join(unknown)}"
+        if args.command == "mutate" and not command:  # the test command without its `--`
+            sources = " ".join(source for source in args.sources if source.endswith(".py"))
+            test = " ".join([*(word for word in args.sources if not word.endswith(".py")), *unknown])
+            error += f" (the test command goes after `--`: attnspec mutate {sources} -- {test})"
+            args.parser.error(error)
+        main_parser.error(error)
     args.command_after_dashes = command
     return args.run(args)
 

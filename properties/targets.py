@@ -41,8 +41,10 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -370,7 +372,7 @@ def load(name: str) -> Target:
     if ":" not in spec:
         raise ValueError(f"neither a built-in adapter ({', '.join(ADAPTERS)}) nor package.module:object")
     module_name, _, attribute = spec.partition(":")
-    obj = importlib.import_module(module_name)
+    obj = importlib.import_module(module_of_file(module_name))
     for part in attribute.split("."):
         obj = getattr(obj, part)
     from attnspec.properties import declared  # it builds on this module
@@ -396,12 +398,30 @@ ADAPTER_NEEDS = {
 }
 
 
+def module_of_file(module: str) -> str:
+    """The module to import for a target named by its file, as a shell completes it (``kern.py``,
+    ``src/kern.py``, an absolute path): its dotted name from the current directory, or, for a file
+    elsewhere, its name with its folder put on sys.path.  Any other name is returned as it is."""
+    if not module.endswith(".py"):
+        return module
+    path = Path(module)
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {module} (a target is package.module:object, or FILE.py:object)")
+    path = path.resolve()
+    if path.is_relative_to(Path.cwd()):
+        return ".".join(path.relative_to(Path.cwd()).with_suffix("").parts)
+    sys.path.insert(0, str(path.parent))
+    return path.stem
+
+
 def missing_module_hint(name: str, error: ModuleNotFoundError) -> str:
     """Why the module of target ``name`` could not be imported, and what to do."""
     if name in ADAPTER_NEEDS:
         return f"the {name} adapter needs {ADAPTER_NEEDS[name]}"
     module = ADAPTERS.get(name, name).partition(":")[0]
     missing = error.name or ""
+    if not missing:  # raised by hand (a lazy loader's own ModuleNotFoundError names no module)
+        return f"{module} raised it while it was imported"
     if module == missing or module.startswith(missing + "."):
         return (
             f"{module} is imported from the current directory and sys.path: run from the folder "

@@ -20,6 +20,7 @@ from xml.etree import ElementTree
 import pytest
 
 import attnspec
+import attnspec.cli
 from attnspec.properties.meta_tests.kit_runs import run_module, users_env
 from attnspec.properties.run_report import Failure, RunReport, error_in_brief, short_test_name
 from attnspec.properties.target_checks import load_problem
@@ -366,4 +367,30 @@ def test_a_load_problem_names_the_kit_or_the_users_line():
     # raised by the kit itself (a lookup, a class named): the message alone, as before
     assert load_problem("mykern:Kernel", TypeError("Kernel is a class: name an instance")) == (
         "--impl mykern:Kernel: Kernel is a class: name an instance"
+    )
+    # a ModuleNotFoundError raised by hand, as lazy loaders do, names no module: nothing empty is quoted
+    by_hand = ModuleNotFoundError("gpt2_t needs the tokenizers extra")
+    line = load_problem("gpt2_t:model", by_hand)
+    assert line == (
+        "--impl gpt2_t:model: gpt2_t needs the tokenizers extra (gpt2_t raised it while it was imported)"
+    )
+
+
+def test_a_target_named_by_its_file_is_checked(user_dir: Path):
+    """`attnspec check toy.py:attention`, as a shell completes the name, is `toy:attention`."""
+    done = attnspec_command(user_dir, "check", "toy.py:attention", "-k", "test_matches_the_oracle")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("PASS: --impl toy.py:attention passed")
+    missing = attnspec_command(user_dir, "check", "nowhere.py:attention")
+    assert missing.returncode == 2
+    assert "no file nowhere.py (a target is package.module:object, or FILE.py:object)" in missing.stderr
+
+
+def test_mutate_without_its_dashes_shows_the_command_with_them(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        attnspec.cli.main(["mutate", "attention.py", "pytest", "-q", "tests/"])
+    assert stopped.value.code == 2
+    assert (
+        "unrecognized arguments: -q tests/ (the test command goes after `--`: "
+        "attnspec mutate attention.py -- pytest -q tests/)" in capsys.readouterr().err
     )
