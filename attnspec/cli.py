@@ -30,12 +30,15 @@ import pytest
 
 from attnspec.mutation.cli import split_command
 from attnspec.parallel import Parallel, default_jobs
-from attnspec.pytest_plugin import DATABASE_ENV, PROFILES, PROFILES_HELP
+from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
 TRACEBACKS = ("no", "line", "short", "long", "native")  # pytest's --tb styles
-NO_DIAGNOSIS = "diagnosis: no neighbouring convention (`attnspec conventions`) explains the failures above"
+FAILURES = "attnspec-failures"  # in the folder the check runs in: the reproducers and REPORT
+REPORT = "report.txt"  # every failure with pytest's whole report
+BLOCKS = 3  # broken requirements shown as blocks without -v
+WIDTH = 260  # characters of a failure's message shown without -v
 
 
 class _Check:
@@ -81,7 +84,9 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
         "no:benchmark",  # pytest-benchmark, where installed, would make a .benchmarks/ folder
         "--strict-markers",
         "--no-header",
-        f"--tb={args.tb}",
+        # tracebacks in the reports, for attnspec-failures/report.txt; printed only when asked for
+        f"--tb={'long' if args.tb == 'no' else args.tb}",
+        *(["--no-summary"] if args.tb == "no" else []),
         "-rN",  # no "short test summary": the failures in brief (failure_lines) say more
         "-q",
     ]
@@ -99,8 +104,6 @@ def check(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.getcwd())
     os.environ["HYPOTHESIS_PROFILE"] = args.profile
     os.environ[DATABASE_ENV] = args.db or ""  # no .hypothesis/ in the user's folder unless asked for
-    from hypothesis import configuration
-
     import attnspec.properties as properties
 
     # The objects of the imports (torch, pytest, Hypothesis): out of the collector's reach, and its
@@ -110,10 +113,15 @@ def check(args: argparse.Namespace) -> int:
     gc.set_threshold(20_000, 50, 100)
     plugin = _Check()
     plugins: list[object] = [plugin, Parallel(args.jobs)]
+    failures = Path.cwd() / FAILURES
+    _clear(failures)
+    os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
     with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
         # Hypothesis's own files (its cache of the constants in the code it tests, a database unless
         # --db names one) go there, not into the folder the check runs in
-        configuration.set_hypothesis_home_dir(home)
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = home  # read when Hypothesis is imported
+        if "hypothesis.configuration" in sys.modules:  # already imported (a served run of the tests)
+            sys.modules["hypothesis.configuration"].set_hypothesis_home_dir(home)
         code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=plugins)
     if plugin.config is None or code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
         print(f"NOT CHECKED: {args.target} could not be checked (see above)")
@@ -124,18 +132,24 @@ def check(args: argparse.Namespace) -> int:
     target = targets.current()
     report = plugin.config.pluginmanager.get_plugin(NAME)
     if report.failures:
-        more = "" if args.tb == "long" else "; --tb long prints pytest's tracebacks"
-        print(f"\nfailed (requirements, test: message; then the smallest failing case{more}):")
-        print("\n".join(report.failure_lines()))
-    print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
-    print("\n".join(report.capability_lines(target)))
-    if report.failed_tests and not target.supports("impl"):
-        from attnspec.properties.declared import declaration
-        from attnspec.properties.diagnosis import target_diagnosis
+        print()
+        diagnosis = None
+        if not target.supports("impl"):
+            from attnspec.properties.diagnosis import target_diagnosis
 
-        diagnosis = target_diagnosis(target, args.device)
-        under = f" (checked under its declaration: {declaration(target)})" if declaration(target) else ""
-        print(f"diagnosis: {diagnosis}" if diagnosis else NO_DIAGNOSIS + under)
+            diagnosis = target_diagnosis(target, args.device)
+        if diagnosis:
+            print(f"diagnosis: {diagnosis}\n")
+        rerun = f"attnspec check {args.target}"
+        limit, width = (None, None) if args.verbose else (BLOCKS, WIDTH)
+        print("\n".join(report.blocks(rerun, limit, width, diagnosis or "")))
+        report.write_full(failures / REPORT)
+        print(f"every failure in full: {_shown(failures / REPORT)}")
+    if args.verbose:
+        print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
+        print("\n".join(report.capability_lines(target)))
+    else:
+        print(f"\n{report.skipped_line(target)}")
     if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: what ran is no verdict on the target
         so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
         print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")
@@ -146,6 +160,18 @@ def check(args: argparse.Namespace) -> int:
     if code == pytest.ExitCode.OK and report.passed:
         return PASSED
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)
+
+
+def _clear(folder: Path) -> None:
+    """The reproducers and report of an earlier check go: what the folder holds is this check's."""
+    if folder.is_dir():
+        for path in folder.iterdir():
+            if path.suffix in (".py", ".pt", ".txt") and path.is_file():
+                path.unlink()
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def specs(args: argparse.Namespace) -> int:

@@ -36,6 +36,8 @@ import pytest
 
 # where the kit keeps Hypothesis's failing examples: "" for nowhere (properties/conftest.py reads it)
 DATABASE_ENV = "ATTNSPEC_DB"
+# where `attnspec check` wants a failing property's reproducer written (properties/reproducers.py)
+FAILURES_ENV = "ATTNSPEC_FAILURES"
 SESSION = "attnspec-session"  # the plugin of a run with a target, as registered (the kit's conftest asks)
 PROFILES = ("quick", "default", "ci", "thorough")  # properties/conftest.py registers them
 PROFILES_HELP = "Hypothesis examples per property: quick 5, default 25, ci 150, thorough 1000"

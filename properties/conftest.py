@@ -12,15 +12,15 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from attnspec.properties import targets
+from attnspec.properties import reproducers, targets
 from attnspec.properties.conventions import TERSE
 from attnspec.properties.diagnosis import target_diagnosis
 from attnspec.properties.laws import law_problem
 from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
-from attnspec.properties.run_report import RunReport, lacks
+from attnspec.properties.run_report import RunReport, lacks, short_test_name
 from attnspec.properties.target_checks import load_problem, target_problems
-from attnspec.pytest_plugin import DATABASE_ENV, SESSION
+from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, SESSION
 from attnspec.specs import REQUIREMENTS
 
 HYPOTHESIS_FAILING_EXAMPLES = "_hypothesis_failing_examples"  # what Hypothesis leaves on a failed item
@@ -191,6 +191,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(line)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reproducers.forget()  # the calls a failure looks among are its own test's
+
+
+def _reproducer(item: pytest.Item, report: pytest.TestReport, target: targets.Target) -> None:
+    """Where `attnspec check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test
+    against the oracle, saved as a script that replays it (reproducers.py); the report carries the
+    script's path, the call in words, its wrong rows and its size (they travel between processes)."""
+    folder = os.environ.get(FAILURES_ENV)
+    if not folder or target.attention is None:
+        return
+    call = reproducers.failing_call(target)
+    if call is None:
+        return
+    ids = [rid for key, value in item.user_properties if key == "requirements" for rid in value.split(",")]
+    test = short_test_name(item.nodeid)
+    name = test.split("::", 1)[-1]
+    script = reproducers.write(Path(folder), name, call, target.name, ", ".join(ids), test)
+    size = call["q"].numel() + call["k"].numel()
+    report.attnspec_reproducer = (str(script), reproducers.described(call), call["rows"], size)
+
+
 @functools.cache
 def _diagnosis(target: targets.Target, device: str) -> str | None:
     return target_diagnosis(target, device)
@@ -208,6 +230,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target = targets.current()
     terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
     if report.when == "call" and report.failed and not target.supports("impl") and not terse:
+        _reproducer(item, report, target)  # first: the diagnosis calls the target too
         diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
         if diagnosis:
             report.sections.append(("attnspec's diagnosis of the target", diagnosis))

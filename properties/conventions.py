@@ -45,7 +45,11 @@ class Candidate:
     def diagnosis(self) -> str:
         if self.bug is not None:
             return self.bug
-        return f"convention mismatch: the target follows {self.name}; attnspec's convention is {CONVENTIONS}"
+        said = f"convention mismatch: the target follows {self.name}; attnspec's convention is {CONVENTIONS}"
+        declarable = DECLARES.get(self.name)
+        if declarable is None:
+            return said
+        return f"{said}; if it is on purpose, declare it: conventions = {{{declarable!r}}}"
 
 
 def _tolerance(dtype: torch.dtype) -> float:
@@ -116,6 +120,14 @@ NO_ROPE = (
     "added to its input, or none) reports Layer(rope=False); one that should rotate them forgot to"
 )
 TOP_LEFT = "top-left alignment (query i at position i, like torch's is_causal)"
+# The neighbouring conventions a target may follow on purpose, by the name it declares them under
+# (properties/declared.py: DECLARABLE)
+DECLARES = {
+    INCLUSIVE_WINDOW: "window-inclusive",
+    INTERLEAVED: "rope-interleaved",
+    TILED_GQA: "gqa-tile",
+    TOP_LEFT: "top-left",
+}
 
 
 SCORE_MOD_IGNORED = (

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from attnspec.properties.declared import declaration
 from attnspec.properties.targets import CAPABILITIES, Target
+from attnspec.specs import REQUIREMENTS
 
 NAME = "attnspec-run-report"
 LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
@@ -106,11 +108,49 @@ class Failure:
     requirements: tuple[str, ...]
     message: str  # error_in_brief
     example: tuple[str, ...]  # Hypothesis's minimal failing case, one line each; () if none
+    # the script that replays its failing call (conftest.py, reproducers.py), the call in words, its
+    # wrong rows and its size (elements of q and k); None where no single call shows the failure
+    reproducer: tuple[str, str, str, int] | None = None
+    full: str = ""  # pytest's whole report of it
 
     def lines(self) -> list[str]:
         where = "" if self.when == "call" else f" (error in {self.when})"
         ids = ", ".join(self.requirements) or "(no requirement)"
         return [f"  {ids}  {self.test}{where}: {self.message}", *(f"      {line}" for line in self.example)]
+
+    def block(
+        self, requirement: str, statement: str, rerun: str, width: int | None, said: str = ""
+    ) -> list[str]:
+        """The failure as the block of one broken requirement: its statement, what failed, on which
+        case, and how to run it again: the reproducer, or the property alone.  A message that the
+        diagnosis above (``said``) already gives is not repeated."""
+        where = "" if self.when == "call" else f" (error in {self.when})"
+        message = (
+            "as the diagnosis above says" if said and self.message in said else _cut(self.message, width)
+        )
+        lines = [f"{requirement}  {statement}", f"  failed  {self.test}{where}: {message}"]
+        if self.reproducer is not None:
+            script, case, rows, _ = self.reproducer
+            lines += [f"  case    {case}: {rows}", f"  rerun   python {script}"]
+        else:
+            case = "; ".join(_plain(line) for line in self.example)
+            if case:
+                lines.append(f"  case    {case}")
+            lines.append(f"  rerun   {rerun} -k '{self.test.split('::', 1)[-1].split('[', 1)[0]}'")
+        return lines
+
+
+def _cut(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else text[: width - 3].rstrip() + "..."
+
+
+def _plain(line: str) -> str:
+    """Hypothesis's note of a case without its heading, its comments ("# or any other generated
+    value", ...) and the device (the run's own)."""
+    line = re.sub(r"^(Falsifying example|Failing test case|Failing explicit example): ", "", line)
+    line = re.sub(r"\s*# The test (always|sometimes) failed[^.]*\.", "", line)
+    line = re.sub(r"\(\s+", "(", re.sub(r",?\s*# or any other generated value", "", line))
+    return re.sub(r"device=device\(type='\w+'(, index=\d+)?\),? ?", "", line)
 
 
 class RunReport:
@@ -164,7 +204,16 @@ class RunReport:
             self.failed.update(requirements(report) or ["(no requirement)"])
             message, example = error or (report.longreprtext.strip().rsplit("\n", 1)[-1], ())
             ids, example = tuple(requirements(report)), tuple(example)
-            failure = Failure(short_test_name(report.nodeid), report.when, ids, message, example)
+            reproducer = getattr(report, "attnspec_reproducer", None)
+            failure = Failure(
+                short_test_name(report.nodeid),
+                report.when,
+                ids,
+                message,
+                example,
+                tuple(reproducer) if reproducer else None,
+                report.longreprtext,
+            )
             self.failures.append(failure)
             self.places.append(self.order.get(report.nodeid, len(self.order)))
         elif report.when == "call":
@@ -176,6 +225,56 @@ class RunReport:
         failed in depends on the processes of `attnspec check --jobs`)."""
         in_order = sorted(range(len(self.failures)), key=self.places.__getitem__)  # a stable sort
         return [line for i in in_order for line in self.failures[i].lines()]
+
+    def blocks(self, rerun: str, limit: int | None, width: int | None, said: str = "") -> list[str]:
+        """One block per broken requirement, in the specification's order, at most ``limit`` of them
+        (then one line naming the rest): each shows the failure that says the most: one with a
+        reproducer, the smallest, else the first in the collection's order; a failure of several
+        requirements stands for each, where no other failure does."""
+        in_order = [self.failures[i] for i in sorted(range(len(self.failures)), key=self.places.__getitem__)]
+        broken = {rid for failure in in_order for rid in failure.requirements}
+        ordered = [rid for rid in REQUIREMENTS if rid in broken] + sorted(broken - set(REQUIREMENTS))
+        lines: list[str] = []
+        used: set[int] = set()
+        shown = ordered if limit is None else ordered[:limit]
+        for rid in shown:
+            candidates = [f for f in in_order if rid in f.requirements]
+            # a reproducer first, the smallest; one not shown yet before one that is
+            candidates.sort(
+                key=lambda f: (f.reproducer is None, id(f) in used, f.reproducer[3] if f.reproducer else 0)
+            )
+            chosen = candidates[0]
+            used.add(id(chosen))
+            statement = REQUIREMENTS[rid].statement if rid in REQUIREMENTS else ""
+            lines += [*chosen.block(rid, statement, rerun, width, said), ""]
+        unowned = [f for f in in_order if not f.requirements]  # a module that cannot be collected
+        for failure in unowned:
+            lines += [*failure.block("(no requirement)", "", rerun, width), ""]
+        if len(shown) < len(ordered):
+            rest = ", ".join(ordered[len(shown) :])
+            lines.append(f"also broken: {rest} (-v prints a block for each)")
+        return lines
+
+    def write_full(self, path: Path) -> None:
+        """Every failure with pytest's whole report of it, in the collection's order."""
+        in_order = [self.failures[i] for i in sorted(range(len(self.failures)), key=self.places.__getitem__)]
+        parts = [
+            f"{'=' * 20} {', '.join(f.requirements) or '(no requirement)'}  {f.test}\n{f.full}"
+            for f in in_order
+        ]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+
+    def skipped_line(self, target: Target) -> str:
+        """The capability table in one line."""
+        declared = ", ".join(sorted(target.capabilities)) or "none"
+        if not self.skipped:
+            return f"capabilities of --impl {target.name}: {declared}"
+        why = f"; {len(self.skipped_for)} capabilities it does not declare" if self.skipped_for else ""
+        return (
+            f"capabilities of --impl {target.name}: {declared} ({self.skipped} properties skipped{why}: "
+            "-v prints the table)"
+        )
 
     def capability_lines(self, target: Target) -> list[str]:
         """One line per capability (a module's only: MODULE_CAPABILITIES; an attention target's without

@@ -376,12 +376,16 @@ def load(name: str) -> Target:
     for part in attribute.split("."):
         obj = getattr(obj, part)
     from attnspec.properties import declared  # it builds on this module
+    from attnspec.properties.reproducers import recorded
 
     target = as_target(name, obj)
     problems = declared.problems(target)
     if problems:
         raise ValueError("; ".join(problems))
-    return declared.translated(target)
+    target = declared.translated(target)
+    if target.attention is None or name == "impl":
+        return target
+    return replace(target, attention=recorded(target.attention))  # a failure's calls, for its reproducer
 
 
 # What a built-in adapter needs installed besides attnspec.

@@ -1,0 +1,194 @@
+"""Reproducers: a failing property handed back as a call of the user's own code that they can run alone.
+
+While the properties run, the last calls of the target's attention are kept (``recorded``: the
+arguments, not copies).  When a property fails, ``failing_call`` looks among the calls of its last
+example, the smallest failing case Hypothesis replays last, for one whose output the oracle disagrees
+with beyond the tolerance policy, and ``write`` saves it where `attnspec check` asked ($ATTNSPEC_FAILURES;
+unset, none is written): its tensors in ``NAME.pt`` and a script ``NAME.py`` of a few lines that calls the
+target on them, compares with the float64 oracle, and fails as the property did.  ``attend`` and
+``oracle`` are what that script calls.  A property whose failure no single call shows against the
+oracle (a gradient, two calls that must agree bitwise) gets none.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import textwrap
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from attnspec.properties import targets
+from attnspec.properties.pytest_helpers import Conditioning
+from attnspec.properties.references import declared_attention
+from attnspec.specs.tolerance import golden_bound
+
+KEPT = 8  # calls kept: the calls of one example of any property
+CALLS: deque[tuple[tuple, dict]] = deque(maxlen=KEPT)
+
+
+def recorded(attention: Callable) -> Callable:
+    """``attention``, keeping each call's arguments in CALLS."""
+
+    @functools.wraps(attention)
+    def recording(*args, **kwargs):
+        CALLS.append((args, kwargs))
+        return attention(*args, **kwargs)
+
+    return recording
+
+
+def forget() -> None:
+    CALLS.clear()
+
+
+def failing_call(target: targets.Target) -> dict | None:
+    """The last recorded call of ``target`` whose output the oracle disagrees with, as a dict: the call
+    (q, k, v and its keywords), the error and the bound it exceeds, and the wrong rows in words."""
+    for args, kwargs in reversed(list(CALLS)):
+        if len(args) != 3 or not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in args):
+            continue
+        q, k, v = (x.detach() for x in args)
+        keywords = {name: value for name, value in kwargs.items() if name != "return_weights"}
+        try:
+            judged = judge(target.attention, q, k, v, keywords)
+        except Exception:  # the call itself raises, or the oracle cannot take it: not this call
+            continue
+        if judged is not None:
+            return {"q": q.cpu(), "k": k.cpu(), "v": v.cpu(), "keywords": _on_cpu(keywords), **judged}
+    return None
+
+
+def judge(attention: Callable, q, k, v, keywords: dict) -> dict | None:
+    """The error of one call against the oracle, when it exceeds the tolerance policy's bound."""
+    with torch.no_grad():
+        out = attention(q, k, v, **keywords)
+    if isinstance(out, tuple):
+        out = out[0]
+    golden, _ = declared_attention(q, k, v, **keywords)
+    ref = golden if q.dtype == torch.float64 else declared_attention(q, k, v, dtype=q.dtype, **keywords)[0]
+    if out.shape != golden.shape:
+        return None
+    error = (out.detach().cpu().double() - golden).abs().nan_to_num(nan=float("inf"))
+    bound = golden_bound(golden, ref, q.dtype, Conditioning(q, k, v, **keywords).term("out"))
+    worst = error.max().item() if error.numel() else 0.0
+    if worst <= bound:
+        return None
+    return {"error": worst, "bound": bound, "rows": wrong_rows(error.amax(dim=-1) > bound)}
+
+
+def wrong_rows(wrong: torch.Tensor) -> str:
+    """Which (batch, head, query) rows are wrong, in words."""
+    where = wrong.nonzero().tolist()
+    b, h, i = where[0]
+    return f"{len(where)} of {wrong.numel()} rows wrong, the first at batch {b}, head {h}, query {i}"
+
+
+def described(call: dict) -> str:
+    """The call in plain words: its shapes, its switches and its dtype."""
+    q, k, v, keywords = call["q"], call["k"], call["v"], call["keywords"]
+    words = [
+        f"B={q.shape[0]}",
+        f"{_count(q.shape[1], 'query head')} over {_count(k.shape[1], 'KV head')}",
+        f"Tq={_count(q.shape[2], 'query', 'queries')} over Tk={_count(k.shape[2], 'key')}",
+        f"head size {q.shape[3]}" + (f" (values {v.shape[3]})" if v.shape[3] != q.shape[3] else ""),
+        "causal" if keywords.get("causal", True) else "not causal",
+    ]
+    if keywords.get("window") is not None:
+        words.append(f"window={keywords['window']}")
+    if keywords.get("sinks") is not None:
+        words.append("sinks")
+    if keywords.get("scale") is not None:
+        words.append(f"scale={keywords['scale']:g}")
+    if keywords.get("document_ids") is not None:
+        words.append(f"documents {keywords['document_ids'].tolist()}")
+    return ", ".join(words) + f", {str(q.dtype).removeprefix('torch.')}"
+
+
+def _count(n: int, noun: str, nouns: str = "") -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {nouns or noun + 's'}"
+
+
+def write(folder: Path, name: str, call: dict, target_name: str, requirement: str, test: str) -> Path:
+    """The call's tensors (NAME.pt) and the script that replays it (NAME.py); returns the script."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+    data = {key: call[key] for key in ("q", "k", "v", "keywords")}
+    torch.save(data, folder / f"{stem}.pt")
+    script = folder / f"{stem}.py"
+    shown = script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script
+    about = (
+        f"The call: {described(call)}. Against attnspec's float64 oracle: {call['rows']}; max |out - oracle| "
+        f"= {call['error']:.3e}, where the tolerance policy allows {call['bound']:.3e} for these inputs."
+    )
+    text = SCRIPT.format(
+        target=target_name,
+        requirement=f"{requirement} {'fail' if ',' in requirement else 'fails'}",
+        test=test,
+        about=textwrap.fill(about, 100),
+        bound=call["bound"],
+        script=shown,
+    )
+    script.write_text(text, encoding="utf-8")
+    return shown
+
+
+SCRIPT = '''"""{requirement} on this call of {target} (found by {test}).
+
+{about}
+
+Run it (python {script}), or paste it into a test of yours.
+"""
+
+from pathlib import Path
+
+import torch
+
+from attnspec.properties.reproducers import attend, oracle
+
+here = Path(__file__).resolve()
+call = torch.load(here.with_suffix(".pt"))  # q, k, v and the keywords of the failing call
+out = attend("{target}", call, where=here.parents[1])  # your code, called as the kit called it
+expected = oracle("{target}", call)  # attnspec's float64 oracle on the same inputs
+error = (out.double() - expected).abs().max().item()
+assert error <= {bound!r}, f"max |out - oracle| = {{error:.3e}}, over the {bound:.3e} allowed here"
+'''
+
+
+def _on_cpu(keywords: dict) -> dict:
+    return {
+        key: value.detach().cpu() if isinstance(value, torch.Tensor) else value
+        for key, value in keywords.items()
+    }
+
+
+def _loaded(target: str, where: Path | str | None = None) -> targets.Target:
+    """The target as `attnspec check TARGET` loads it, from the folder ``where`` (by default the
+    current one) as from the folder the check ran in."""
+    folder = str(where if where is not None else os.getcwd())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    os.environ[targets.ENV] = target
+    return targets.current()
+
+
+def attend(target: str, call: dict, where: Path | str | None = None) -> torch.Tensor:
+    """The output of ``target`` (imported from the folder ``where``, by default the current one) on a
+    saved call, called as the kit calls it (a declared convention translated at its boundary:
+    properties/declared.py)."""
+    keywords = {name: value for name, value in call["keywords"].items() if name != "return_weights"}
+    with torch.no_grad():
+        out = _loaded(target, where).attention(call["q"], call["k"], call["v"], **keywords)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def oracle(target: str, call: dict) -> torch.Tensor:
+    """attnspec's float64 oracle on a saved call, under the target's declaration."""
+    _loaded(target)
+    keywords = {name: value for name, value in call["keywords"].items() if name != "return_weights"}
+    return declared_attention(call["q"], call["k"], call["v"], **keywords)[0]
