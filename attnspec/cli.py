@@ -24,12 +24,14 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from attnspec.mutation.cli import split_command
 from attnspec.parallel import Parallel, default_jobs
+from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
@@ -42,14 +44,56 @@ WIDTH = 260  # characters of a failure's message shown without -v
 
 
 class _Check:
-    """Keeps the run's config, to read the run report once pytest is done."""
+    """Keeps the run's config, to read the run report once pytest is done; once the properties are
+    collected, fits their examples to --budget, or says what a slow target will cost."""
 
     __name__ = PLUGIN  # the name pytest registers it under (conftest.py leaves the table to it)
     config: pytest.Config | None = None
 
+    def __init__(self, budget: float | None = None, jobs: int = 1) -> None:
+        self.budget = budget
+        self.jobs = jobs
+        self.started = time.monotonic()
+
     @pytest.hookimpl
     def pytest_configure(self, config: pytest.Config) -> None:
         self.config = config
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from hypothesis import settings
+
+        from attnspec.properties.run_report import NAME
+
+        first_call = session.config.pluginmanager.get_plugin(NAME).first_call
+        drawn = [  # the properties that will draw examples: not those skipped for a missing capability
+            item
+            for item in session.items
+            if getattr(item.function, "is_hypothesis_test", False) and not item.get_closest_marker("skip")
+        ]
+        most = settings.default.max_examples
+        jobs = min(self.jobs, len(drawn)) or 1
+        said = ""
+        if self.budget is not None and drawn:
+            spent = time.monotonic() - self.started
+            examples = examples_within(self.budget, spent, len(drawn), first_call, jobs, most)
+            for function in {item.function for item in drawn}:  # what Hypothesis reads when it runs
+                own = function._hypothesis_internal_use_settings
+                function._hypothesis_internal_use_settings = settings(
+                    own, max_examples=min(examples, own.max_examples)
+                )
+            weaker = "" if examples >= most else f": a weaker check, {examples / most:.0%} of the drawn cases"
+            a = "example" if examples == 1 else "examples"
+            said = f"--budget {self.budget:g} s: {examples} {a} a property instead of {most}{weaker}"
+        elif first_call > SLOW_CALL:
+            about = estimate(len(drawn), most, first_call, jobs)
+            said = (
+                f"the target took {first_call:.2f} s on its first call: {len(drawn)} properties at {most} "
+                f"examples each take about {duration(about)} here; --profile quick (5 examples) or "
+                "--budget SECONDS fits the check to a time"
+            )
+        if said:
+            session.config.pluginmanager.get_plugin("terminalreporter").write_line(said)
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -96,6 +140,8 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
         command.append(f"--junitxml={args.junitxml}")
     if args.exitfirst:
         command.append("-x")
+    if args.watch:  # Hypothesis and pytest's plugins were imported before the check: nothing to rewrite
+        command += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     return command + args.verbose * ["-v"] * 2
 
 
@@ -111,8 +157,8 @@ def check(args: argparse.Namespace) -> int:
     # and few cycles (1.5 s of a default check went to collections, 0.9 s with this, on 2 cores).
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
-    plugin = _Check()
-    plugins: list[object] = [plugin, Parallel(args.jobs)]
+    plugin = _Check(args.budget, args.jobs)
+    plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), Parallel(args.jobs)]
     failures = Path.cwd() / FAILURES
     _clear(failures)
     os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
@@ -145,6 +191,8 @@ def check(args: argparse.Namespace) -> int:
         print("\n".join(report.blocks(rerun, limit, width, diagnosis or "")))
         report.write_full(failures / REPORT)
         print(f"every failure in full: {_shown(failures / REPORT)}")
+    if failures.is_dir() and not any(failures.iterdir()):
+        failures.rmdir()  # nothing to hand back: the folder does not stay
     if args.verbose:
         print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
         print("\n".join(report.capability_lines(target)))
@@ -156,10 +204,18 @@ def check(args: argparse.Namespace) -> int:
         return NOT_CHECKED
     print(report.verdict(target))
     if code == pytest.ExitCode.TESTS_FAILED:
-        return FAILED
+        return FAILED if report.broken() else NOT_CHECKED  # refusals alone: not checked where refused
     if code == pytest.ExitCode.OK and report.passed:
         return PASSED
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)
+
+
+def check_command(args: argparse.Namespace) -> int:
+    if args.watch:
+        from attnspec.watching import watch
+
+        return watch(args, check)
+    return check(args)
 
 
 def _clear(folder: Path) -> None:
@@ -224,6 +280,13 @@ def parser() -> argparse.ArgumentParser:
         help="keep the failing examples Hypothesis finds in PATH, and replay them first next time "
         "(default: none kept, nothing written where the check runs)",
     )
+    run.add_argument(
+        "--budget",
+        type=positive_float,
+        metavar="SECONDS",
+        help="fit the check to about SECONDS: fewer examples a property, measured from the target's "
+        "first call (the explicit examples always run); it says how much weaker the check is",
+    )
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     run.add_argument(
         "-j",
@@ -241,7 +304,12 @@ def parser() -> argparse.ArgumentParser:
         help="pytest's tracebacks of the failures, before their summary: long for the full ones "
         "(default: no, only the summary)",
     )
-    run.set_defaults(run=check)
+    run.add_argument(
+        "--watch",
+        action="store_true",
+        help="check again on every save of the target's files, from a warm process (Ctrl-C stops)",
+    )
+    run.set_defaults(run=check_command)
     catalogue = commands.add_parser(
         "specs",
         help="the requirements and the tests that check them",
@@ -258,6 +326,13 @@ def parser() -> argparse.ArgumentParser:
     mutate = add_mutate_parser(commands)
     mutate.set_defaults(parser=mutate)
     return main
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -11,6 +11,7 @@ only; they never assert on speed.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -49,5 +50,40 @@ def test_check_a_kernel_with_every_capability(benchmark, profile, jobs, torch_im
     seconds = benchmark.stats.stats.median
     benchmark.extra_info.update(
         check=profile, jobs=jobs or default_jobs(), wall_s=round(seconds, 2),
+        torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
+    )  # fmt: skip
+
+
+def rechecks(folder: Path, profile: str, saves: int) -> list[float]:
+    """The seconds `attnspec check --watch` takes to check a copy of the toy kernel again after each of
+    ``saves`` saves of it (its own "checked in" line), from its warm process."""
+    (folder / "toy.py").write_text((REPO_ROOT / "examples" / "toy_attention.py").read_text())
+    command = [sys.executable, "-m", "attnspec", "check", "toy:attention", "--watch", "--profile", profile]
+    output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    watcher = subprocess.Popen(command, cwd=folder, **output)
+    times = []
+    try:
+        for save in range(saves + 1):
+            for line in watcher.stdout:  # up to the end of a check
+                if line.startswith("--watch: checked in"):
+                    break
+            else:
+                raise AssertionError("attnspec check --watch ended before a check")
+            if save:  # the first check is the cold one: not a re-check
+                times.append(float(line.split()[3]))
+            os.utime(folder / "toy.py")
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(timeout=60)
+    return times
+
+
+@pytest.mark.parametrize("profile", ["quick", "default"])
+def test_recheck_on_save_with_watch(benchmark, profile, tmp_path, torch_import):
+    """What --watch saves: a re-check pays no interpreter, torch, Hypothesis or pytest start."""
+    times = benchmark.pedantic(rechecks, args=(tmp_path, profile, 3), rounds=1, iterations=1)
+    seconds = sorted(times)[len(times) // 2]
+    benchmark.extra_info.update(
+        check=f"{profile} --watch re-check", wall_s=round(seconds, 2),
         torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
     )  # fmt: skip

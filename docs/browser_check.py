@@ -59,8 +59,10 @@ def open_page(chromium: str, url: str, screenshot: Path) -> str:
     """The page's DOM once rendered, and its screenshot."""
     with tempfile.TemporaryDirectory(prefix="attnspec-chromium-") as profile:
         common = [chromium, *FLAGS, f"--user-data-dir={profile}", "--window-size=1280,1000"]
-        subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=120, check=True)
-        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True)
+        shot = [*common, f"--screenshot={screenshot}", url]
+        subprocess.run(shot, capture_output=True, timeout=120, check=True)
+        dump = [*common, "--dump-dom", url]
+        dom = subprocess.run(dump, capture_output=True, text=True, timeout=120, check=True)
     return dom.stdout
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(load_problem(kit_option(config, "--impl"), error)) from error
     # Under mutation (mutmut, the kill matrix) the properties grade impl's mutants: a usage error here
     # would turn a kill into pytest's exit code 4, which mutmut counts as "suspicious".
+    started = time.perf_counter()
     problems = [] if os.environ.get("MUTANT_UNDER_TEST") else target_problems(target, device)
+    # what one call costs, for `attnspec check`'s estimate and --budget (the first call: the dearest)
+    config.pluginmanager.get_plugin(RUN_REPORT).first_call = time.perf_counter() - started
     if problems:
         raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
 
@@ -195,12 +199,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reproducers.forget()  # the calls a failure looks among are its own test's
 
 
-def _reproducer(item: pytest.Item, report: pytest.TestReport, target: targets.Target) -> None:
-    """Where `attnspec check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test
-    against the oracle, saved as a script that replays it (reproducers.py); the report carries the
-    script's path, the call in words, its wrong rows and its size (they travel between processes)."""
+def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.Target, call) -> None:
+    """What the user gets back from a failure (reproducers.py): an error the target raised on an input
+    is a refusal, one line saying what to declare (``attnspec_refused``); otherwise, where `attnspec
+    check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test against the oracle,
+    saved as a script that replays it: the report carries the script's path, the call in words, its
+    wrong rows and its size (``attnspec_reproducer``: they travel between processes)."""
+    if target.attention is None:
+        return
+    refused = reproducers.refusal(target, call.excinfo.value) if call.excinfo is not None else None
+    if refused:
+        report.attnspec_refused = refused
+        return
     folder = os.environ.get(FAILURES_ENV)
-    if not folder or target.attention is None:
+    if not folder:
         return
     call = reproducers.failing_call(target)
     if call is None:
@@ -230,7 +242,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target = targets.current()
     terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
     if report.when == "call" and report.failed and not target.supports("impl") and not terse:
-        _reproducer(item, report, target)  # first: the diagnosis calls the target too
+        try:  # first: the diagnosis calls the target too
+            _handed_back(item, report, target, call)
+        except Exception as error:  # what is handed back is extra: the failure is reported whatever it does
+            report.sections.append(
+                ("attnspec could not build a reproducer", f"{type(error).__name__}: {error}")
+            )
         diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
         if diagnosis:
             report.sections.append(("attnspec's diagnosis of the target", diagnosis))

@@ -124,7 +124,7 @@ def blind_query_cases(draw: st.DrawFn, max_t: int = 8) -> AttnCase:
     case = draw(attn_cases(max_t=max_t))
     if not current().supports("blind"):
         return case  # queries that see no key are beyond the target (the blind-query tests need it)
-    return replace(case, tq=case.tk + draw(st.integers(1, 4)))
+    return fit_to_target(replace(case, tq=case.tk + draw(st.integers(1, 4))))  # within max_len
 
 
 def _with_switches(
@@ -225,21 +225,37 @@ def fit_to_target(case: AttnCase) -> AttnCase:
     """The case without what the implementation under test does not support (--impl): one KV
     head per query head without "gqa", Tq = Tk without "decode", dv = d without "value_dim", no
     window, no sinks, no documents, head sizes among its declared ``head_dims``, head counts among its
-    declared ``heads``."""
+    declared ``heads``, lengths up to its declared ``max_len``."""
     target = current()
     head_dim = target.head_size(case.head_dim)
     n_heads, n_kv_heads = target.head_counts(case.n_heads, case.n_kv_heads)
+    tq, tk = within_length(case.tq if target.supports("decode") else case.tk, case.tk, target.max_len)
     return replace(
         case,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads if target.supports("gqa") else n_heads,
-        tq=case.tq if target.supports("decode") else case.tk,
+        tq=tq,
+        tk=tk,
         head_dim=head_dim,
         dv=target.head_size(case.dv) if target.supports("value_dim") else head_dim,
         window=case.window if target.supports("window") else None,
         use_sinks=case.use_sinks and target.supports("sinks"),
         documents=case.documents if target.supports("documents") else None,
     )
+
+
+def within_length(tq: int, tk: int, longest: int | None) -> tuple[int, int]:
+    """Tq and Tk cut to ``longest`` (None: as they are), with fewer queries than keys, as many, or more
+    as before wherever the length leaves room for it."""
+    if longest is None or max(tq, tk) <= longest:
+        return tq, tk
+    fewer, more = tq < tk, tq > tk
+    tq, tk = min(tq, longest), min(tk, longest)
+    if fewer and tq >= tk:
+        tq = max(1, tk - 1)
+    if more and tq <= tk:
+        tk = max(1, tq - 1)
+    return tq, tk
 
 
 def spanning_tiles() -> AttnCase:

@@ -47,6 +47,118 @@ def forget() -> None:
     CALLS.clear()
 
 
+_RECORDING = recorded(lambda: None).__code__  # the code of every recording wrapper
+
+
+def raised_by_the_target(error: BaseException) -> bool:
+    """Whether ``error`` came out of a call of the target (through its recording wrapper), not out of
+    the kit's own checks."""
+    frame = error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code is _RECORDING:
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def refusal(target: targets.Target, error: BaseException) -> str | None:
+    """For an error the target raised on an input: what it raised, on which call, and what to declare,
+    found by calling it again with that call changed in one respect at a time (``_RETRIES``); None for
+    any other error."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    if not raised_by_the_target(error) or not CALLS:
+        return None
+    args, kwargs = CALLS[-1]  # the call that raised: the last one made
+    if len(args) != 3 or not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in args):
+        return None
+    raised = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    call = {"q": args[0], "k": args[1], "v": args[2], "keywords": kwargs}
+    return f"it raised {raised.rstrip(': ')} on {described(call)}; {_what_to_declare(target, *args, kwargs)}"
+
+
+def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
+    b, hq, tq, d = q.shape
+    tk, dv = k.shape[2], v.shape[3]
+    short_q, short_k = _within(tq, tk, 8)
+    retries = [
+        (
+            q.dtype != torch.float32,
+            dict(dtype=torch.float32),
+            f"it takes float32: drop the capability that brings {str(q.dtype).removeprefix('torch.')} "
+            "('float64', 'float16')",
+        ),
+        (
+            (d, dv) != (16, 16),
+            dict(d=16, dv=16),
+            "it takes head size 16: declare the head sizes it takes (attention.head_dims = (...))",
+        ),
+        (
+            (tq, tk) != (short_q, short_k),
+            dict(tq=short_q, tk=short_k),
+            f"it takes Tq={short_q}, Tk={short_k}: declare the longest sequence it takes "
+            "(attention.max_len = N)",
+        ),
+        (
+            hq > 1,
+            dict(hq=1, hkv=1),
+            "it takes one head: declare the head counts it takes (attention.heads = (...))",
+        ),
+        (b > 1, dict(b=1), "it takes a batch of one: the kit draws batches of 1 to 4"),
+    ]
+    for switch, value, capability in (
+        ("window", None, "window"),
+        ("sinks", None, "sinks"),
+        ("causal", True, "non_causal"),
+    ):
+        if keywords.get(switch, value) != value:
+            retries.append(
+                (True, {switch: value}, f"it takes {switch}={value}: drop the capability {capability!r}")
+            )
+    for differs, change, says in retries:
+        if differs and _takes(target, q, k, v, keywords, **change):
+            return says
+    return "no single change of its dtype, head size, length, head count, batch or switches made it take it"
+
+
+def _within(tq: int, tk: int, longest: int) -> tuple[int, int]:
+    from attnspec.properties.hypothesis_helpers import within_length  # it imports this module's users
+
+    return within_length(tq, tk, longest)
+
+
+def _takes(target, q, k, v, keywords: dict, **change) -> bool:
+    """Whether the target returns from the call with ``change``: a dtype, sizes or a keyword."""
+    b, hq, tq, d = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    sizes = dict(b=b, hq=hq, hkv=hkv, tq=tq, tk=tk, d=d, dv=dv, dtype=q.dtype)
+    sizes.update({key: value for key, value in change.items() if key in sizes})
+    switches = {**keywords, **{key: value for key, value in change.items() if key not in sizes}}
+    switches.pop("return_weights", None)
+    if switches.get("sinks") is not None:
+        switches["sinks"] = switches["sinks"].new_zeros(sizes["hq"]).to(sizes["dtype"])
+    if switches.get("document_ids") is not None:
+        switches["document_ids"] = switches["document_ids"].new_zeros(sizes["b"], sizes["tk"])
+    if switches.get("window") is not None:
+        switches["window"] = min(switches["window"], sizes["tk"])
+    made = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=made, dtype=torch.float64).to(q.device, sizes["dtype"])
+
+    try:
+        with torch.no_grad():
+            target.attention(
+                randn(sizes["b"], sizes["hq"], sizes["tq"], sizes["d"]),
+                randn(sizes["b"], sizes["hkv"], sizes["tk"], sizes["d"]),
+                randn(sizes["b"], sizes["hkv"], sizes["tk"], sizes["dv"]),
+                **switches,
+            )
+    except Exception:
+        return False
+    return True
+
+
 def failing_call(target: targets.Target) -> dict | None:
     """The last recorded call of ``target`` whose output the oracle disagrees with, as a dict: the call
     (q, k, v and its keywords), the error and the bound it exceeds, and the wrong rows in words."""
@@ -105,8 +217,9 @@ def described(call: dict) -> str:
         words.append("sinks")
     if keywords.get("scale") is not None:
         words.append(f"scale={keywords['scale']:g}")
-    if keywords.get("document_ids") is not None:
-        words.append(f"documents {keywords['document_ids'].tolist()}")
+    documents = keywords.get("document_ids")
+    if documents is not None:
+        words.append("documents" if documents.is_meta else f"documents {documents.tolist()}")
     return ", ".join(words) + f", {str(q.dtype).removeprefix('torch.')}"
 
 

@@ -112,6 +112,7 @@ class Failure:
     # wrong rows and its size (elements of q and k); None where no single call shows the failure
     reproducer: tuple[str, str, str, int] | None = None
     full: str = ""  # pytest's whole report of it
+    refused: str = ""  # an error the target raised on an input, and what to declare (reproducers.refusal)
 
     def lines(self) -> list[str]:
         where = "" if self.when == "call" else f" (error in {self.when})"
@@ -156,7 +157,6 @@ def _plain(line: str) -> str:
 class RunReport:
     def __init__(self) -> None:
         self.passed = 0
-        self.failed: Counter[str] = Counter()  # requirement id -> failed tests that check it
         self.failed_tests = 0
         self.skipped = 0
         self.skipped_for: Counter[str] = Counter()  # capability -> tests skipped for its absence
@@ -164,6 +164,7 @@ class RunReport:
         self.failures: list[Failure] = []  # in the order they failed
         self.order: dict[str, int] = {}  # node id -> its place in the collection
         self.places: list[int] = []  # of each failure, its test's place in the collection
+        self.first_call = 0.0  # seconds the target's first call took (conftest.py, before the run)
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -201,7 +202,6 @@ class RunReport:
                 self.no_second_device += 1
         elif report.failed:
             self.failed_tests += 1
-            self.failed.update(requirements(report) or ["(no requirement)"])
             message, example = error or (report.longreprtext.strip().rsplit("\n", 1)[-1], ())
             ids, example = tuple(requirements(report)), tuple(example)
             reproducer = getattr(report, "attnspec_reproducer", None)
@@ -213,6 +213,7 @@ class RunReport:
                 example,
                 tuple(reproducer) if reproducer else None,
                 report.longreprtext,
+                getattr(report, "attnspec_refused", ""),
             )
             self.failures.append(failure)
             self.places.append(self.order.get(report.nodeid, len(self.order)))
@@ -231,10 +232,10 @@ class RunReport:
         (then one line naming the rest): each shows the failure that says the most: one with a
         reproducer, the smallest, else the first in the collection's order; a failure of several
         requirements stands for each, where no other failure does."""
-        in_order = [self.failures[i] for i in sorted(range(len(self.failures)), key=self.places.__getitem__)]
+        in_order = [f for f in self._in_order() if not f.refused]
         broken = {rid for failure in in_order for rid in failure.requirements}
         ordered = [rid for rid in REQUIREMENTS if rid in broken] + sorted(broken - set(REQUIREMENTS))
-        lines: list[str] = []
+        lines = self.refusal_lines()
         used: set[int] = set()
         shown = ordered if limit is None else ordered[:limit]
         for rid in shown:
@@ -255,9 +256,33 @@ class RunReport:
             lines.append(f"also broken: {rest} (-v prints a block for each)")
         return lines
 
+    def _in_order(self) -> list[Failure]:
+        return [self.failures[i] for i in sorted(range(len(self.failures)), key=self.places.__getitem__)]
+
+    def refused(self) -> list[Failure]:
+        return [failure for failure in self._in_order() if failure.refused]
+
+    def broken(self) -> list[str]:
+        """The requirements a failure that is no refusal breaks."""
+        return sorted(
+            {rid for f in self.failures if not f.refused for rid in f.requirements or ["(no requirement)"]}
+        )
+
+    def refusal_lines(self) -> list[str]:
+        """The target's refusals, one line for each thing to declare (the end of a refusal, after its
+        last "; "), with its first case: not one line per property."""
+        by_advice: dict[str, list[Failure]] = {}
+        for failure in self.refused():
+            by_advice.setdefault(failure.refused.rpartition("; ")[2], []).append(failure)
+        lines = []
+        for failures in by_advice.values():
+            count = len(failures)
+            lines += [f"refused ({count} propert{'y' if count == 1 else 'ies'}): {failures[0].refused}", ""]
+        return lines
+
     def write_full(self, path: Path) -> None:
         """Every failure with pytest's whole report of it, in the collection's order."""
-        in_order = [self.failures[i] for i in sorted(range(len(self.failures)), key=self.places.__getitem__)]
+        in_order = self._in_order()
         parts = [
             f"{'=' * 20} {', '.join(f.requirements) or '(no requirement)'}  {f.test}\n{f.full}"
             for f in in_order
@@ -299,12 +324,18 @@ class RunReport:
         return lines
 
     def verdict(self, target: Target) -> str:
+        """FAIL when a property fails other than by a refusal; NOT CHECKED when the target refused
+        inputs it does not declare it cannot take, and failed nothing else; PASS otherwise."""
         under = f", under its declaration: {declaration(target)}" if declaration(target) else ""
-        if self.failed_tests:
-            ids = ", ".join(sorted(self.failed))
+        refused = len(self.refused())
+        counts = f"{self.failed_tests - refused} failed, {self.passed} passed, {self.skipped} skipped"
+        counts += f", {refused} refused" if refused else ""
+        if self.broken():
+            return f"FAIL: --impl {target.name} breaks {', '.join(self.broken())} ({counts}{under})"
+        if refused:
             return (
-                f"FAIL: --impl {target.name} breaks {ids} "
-                f"({self.failed_tests} failed, {self.passed} passed, {self.skipped} skipped{under})"
+                f"NOT CHECKED: --impl {target.name} refused inputs it does not declare it cannot take: "
+                f"declare what it takes, as the refused line above says ({counts}{under})"
             )
         if not self.passed:
             return f"NOT CHECKED: no property ran against --impl {target.name} ({self.skipped} skipped)"

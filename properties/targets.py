@@ -194,6 +194,8 @@ class Target:
     module: Callable | None = None
     d_model: int | None = None
     windows: tuple[int | None, ...] = ()
+    # the longest sequence it takes: a module's T; an attention target's Tq and Tk (hypothesis_helpers:
+    # fit_to_target shortens every case to it)
     max_len: int | None = None
     decode: Callable | None = None
     vocab_size: int | None = None
@@ -228,6 +230,8 @@ class Target:
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
+        if self.max_len is not None and not (isinstance(self.max_len, int) and self.max_len >= 1):
+            raise ValueError(f"{self.name} declares max_len={self.max_len!r}: a positive integer expected")
         width = self.vocab_size if self.vocab_size is not None else self.d_model
         if "module" in self.capabilities and not (callable(self.module) and isinstance(width, int)):
             what = "a callable module and d_model (or vocab_size for a model)"
@@ -322,6 +326,7 @@ def as_target(name: str, obj: object) -> Target:
         score_mod=getattr(obj, "score_mod", None),
         mask_mod=getattr(obj, "mask_mod", None),
         heads=tuple(getattr(obj, "heads", ())),
+        max_len=getattr(obj, "max_len", None),
     )
 
 

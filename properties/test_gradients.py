@@ -131,7 +131,7 @@ def backward_cases(draw: st.DrawFn) -> AttnCase:
     """The kernel cases (a full pass or a decode step), with "blind" some queries that see no key."""
     case = draw(st.one_of(kernel_cases(), kernel_cases(few_queries=True)))
     if TARGET.supports("blind") and draw(st.integers(0, 5)) == 0:
-        case = replace(case, tq=case.tk + draw(st.integers(1, 3)))
+        case = fit_to_target(replace(case, tq=case.tk + draw(st.integers(1, 3))))  # within max_len
     return case
 
 
@@ -172,7 +172,7 @@ def unseen_cases(draw: st.DrawFn) -> AttnCase:
     if TARGET.supports("window"):
         case = replace(case, window=draw(st.integers(1, max(1, case.tk // 2))))
     if TARGET.supports("blind") and draw(st.booleans()):
-        case = replace(case, tq=case.tk + draw(st.integers(1, 3)))
+        case = fit_to_target(replace(case, tq=case.tk + draw(st.integers(1, 3))))  # within max_len
     return case
 
 

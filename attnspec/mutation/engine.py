@@ -174,6 +174,7 @@ class Remaining:
             "ordinary_left": self.ordinary_left,
         }
 
+
 class Engine:
     def __init__(self, plan: dict, generator: Generator, suite: Suite) -> None:
         self.plan = plan

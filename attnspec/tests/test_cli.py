@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from xml.etree import ElementTree
@@ -88,6 +89,40 @@ def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_module([sys.executable, "-m", "attnspec", *args], cwd, users_env())
 
 
+# a kernel that raises on what it cannot take: an odd head size, more than 40 queries (each written
+# as it comes; the declared twins say so)
+REFUSING = """
+import toy
+
+
+def attention(q, k, v, **kwargs):
+    if q.shape[-1] % 2:
+        raise ValueError(f"head size must be even, got {q.shape[-1]}")
+    if q.shape[-2] > 40:
+        raise ValueError(f"at most 40 queries, got {q.shape[-2]}")
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities - {"weights"}
+"""
+
+
+# the toy kernel at 0.3 s a call: eager FlexAttention on a CPU, a kernel that computes on the host
+SLOW = """
+import time
+
+import toy
+
+
+def attention(q, k, v, **kwargs):
+    time.sleep(0.3)
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities - {"weights"}
+"""
+
+
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("user")
@@ -95,6 +130,9 @@ def user_dir(tmp_path_factory) -> Path:
     (cwd / "leak.py").write_text(LEAK)
     (cwd / "leaks_often.py").write_text(LEAKS_OFTEN)
     (cwd / "crash.py").write_text(CRASH)
+    (cwd / "refusing.py").write_text(REFUSING)
+    (cwd / "slow.py").write_text(SLOW)
+    (cwd / "declares.py").write_text(REFUSING + "\nattention.head_dims = (2, 4, 8)\nattention.max_len = 40\n")
     (cwd / "syntax.py").write_text("def attention(q, k, v\n    return q\n")
     (cwd / "raises.py").write_text("import toy\n\nraise RuntimeError('no GPU found at import')\n")
     return cwd
@@ -214,14 +252,25 @@ def test_the_jobs_report_what_one_process_reports(user_dir: Path):
     for jobs in ("1", "3"):
         junit = user_dir / f"jobs{jobs}.xml"
         selected = "masked or sum_to_one or raising_a_sink or test_matches_the_oracle or batch_elements"
+        # one database for both (--db): the second run replays the failing examples the first found
         done = attnspec_command(
-            user_dir, "check", "leaks_often:attention", "-k", selected, "-j", jobs, f"--junitxml={junit}"
+            user_dir,
+            "check",
+            "leaks_often:attention",
+            "-k",
+            selected,
+            "-j",
+            jobs,
+            f"--junitxml={junit}",
+            "--db",
+            "db",
         )
         assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
         table = done.stdout[done.stdout.index("capabilities of --impl") :]
         runs[jobs] = (failures_in_brief(done.stdout), table, junit_counts(junit))
     assert len(runs["1"][0]) >= 3, runs["1"][0]
     assert runs["3"] == runs["1"]
+    assert any((user_dir / "db").iterdir()), "--db kept no example"
 
 
 def test_a_worker_that_dies_fails_the_test_it_ran_and_the_rest_of_its_unit_runs(user_dir: Path):
@@ -403,3 +452,76 @@ def test_mutate_without_its_dashes_shows_the_command_with_them(capsys):
         "unrecognized arguments: -q tests/ (the test command goes after `--`: "
         "attnspec mutate attention.py -- pytest -q tests/)" in capsys.readouterr().err
     )
+
+
+def test_a_kernel_that_refuses_inputs_it_does_not_declare_gets_one_line_and_no_verdict(user_dir: Path):
+    selected = "test_matches_the_oracle or test_lengths_around_the_block_sizes"
+    done = attnspec_command(user_dir, "check", "refusing:attention", "--profile", "quick", "-k", selected)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-2000:]
+    refused = [line for line in done.stdout.splitlines() if line.startswith("refused (")]
+    # one line for each thing to declare, however many properties it refused: the head sizes, and the
+    # length, where a case with an even head size has more than 40 queries
+    assert 1 <= len(refused) <= 2, done.stdout
+    assert "it raised ValueError: head size must be even, got " in refused[0], refused
+    assert refused[0].endswith("declare the head sizes it takes (attention.head_dims = (...))"), refused
+    assert not re.search(r"^[A-Z]+-\d+  ", done.stdout, re.M), done.stdout  # no requirement is blamed
+    assert (
+        done.stdout.strip()
+        .splitlines()[-1]
+        .startswith(
+            "NOT CHECKED: --impl refusing:attention refused inputs it does not declare it cannot take"
+        )
+    )
+
+
+def test_a_kernel_that_declares_the_sizes_it_takes_passes(user_dir: Path):
+    done = attnspec_command(user_dir, "check", "declares:attention", "--profile", "quick", "-k", "oracle")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("PASS: --impl declares:attention passed")
+    assert not (user_dir / "attnspec-failures").exists()  # a pass leaves nothing behind
+
+
+def test_a_slow_target_is_told_what_the_check_costs_and_a_budget_fits_it(user_dir: Path):
+    selected = ("-k", "test_matches_the_oracle", "-j", "1")
+    told = attnspec_command(user_dir, "check", "slow:attention", "--profile", "quick", *selected)
+    assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-2000:]
+    first = told.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"the target took 0\.\d\d s on its first call: 4 properties at 5 examples each take about \d+ s "
+        r"here; --profile quick \(5 examples\) or --budget SECONDS fits the check to a time",
+        first,
+    ), first
+    fitted = attnspec_command(user_dir, "check", "slow:attention", "--budget", "1", *selected)
+    assert fitted.returncode == 0, fitted.stdout[-3000:] + fitted.stderr[-2000:]
+    assert fitted.stdout.splitlines()[0] == (
+        "--budget 1 s: 1 example a property instead of 25: a weaker check, 4% of the drawn cases"
+    ), fitted.stdout
+
+
+def test_watch_checks_again_on_every_save_from_a_warm_process(user_dir: Path):
+    command = [sys.executable, "-m", "attnspec", "check", "toy:attention", "--watch", "--profile", "quick"]
+    command += ["-k", "test_matches_the_oracle"]
+    watcher = subprocess.Popen(
+        command, cwd=user_dir, env=users_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen = []
+    stuck = threading.Timer(300, watcher.kill)  # a watcher that never says it checked fails, not hangs
+    stuck.start()
+    try:
+        for save in range(2):
+            for line in watcher.stdout:
+                seen.append(line)
+                if line.startswith("--watch: checked in"):
+                    break
+            if save == 0:
+                time.sleep(0.05)
+                os.utime(user_dir / "toy.py")
+    finally:
+        stuck.cancel()
+        watcher.send_signal(signal.SIGINT)
+        rest, _ = watcher.communicate(timeout=60)
+    text = "".join(seen) + rest
+    assert seen[0].startswith("--watch: checking toy:attention again on every save of "), text
+    assert "--watch: toy.py changed" in text, text
+    assert text.count("PASS: --impl toy:attention passed") == 2, text
+    assert text.rstrip().endswith("--watch: stopped") and watcher.returncode == 0, text

@@ -165,7 +165,7 @@ def test_a_correct_kernel_passes(attnspec_command: Path, user_dir: Path):
 
 @pytest.mark.parametrize("example", MODULE_EXAMPLES)
 def test_a_module_example_passes_with_its_white_box(attnspec_command: Path, user_dir: Path, example: str):
-    done = check_passes(attnspec_command, user_dir, example)
+    done = check_passes(attnspec_command, user_dir, example, "-v")  # -v: the capability table
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith(f"PASS: --impl {example}"), done.stdout[-2000:]
     (layer,) = [line for line in done.stdout.splitlines() if line.startswith("  yes  layer ")]
@@ -178,10 +178,22 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
     last = done.stdout.strip().splitlines()[-1]
     found = re.match(r"FAIL: --impl broken:attention breaks ([A-Z]+-\d+)", last)
     assert found, last
-    # the failure in brief: its requirement, its test and its message on one line, no traceback
-    brief = rf"^  [A-Z0-9, -]*{found.group(1)}[A-Z0-9, -]*  test_\w+\.py::test_\w+(\[[^\]]*\])?: \S"
-    assert re.search(brief, done.stdout, re.M), done.stdout[-3000:]
+    # the block of the requirement: its statement, its failed test and message, no traceback
+    block = rf"^{found.group(1)}  \S.*\n  failed  test_\w+\.py::test_\w+(\[[^\]]*\])?: \S"
+    assert re.search(block, done.stdout, re.M), done.stdout[-3000:]
     assert "site-packages" not in done.stdout and "Traceback" not in done.stdout, done.stdout[-3000:]
+    # its reproducer runs on its own, with the wheel's kit, and fails as the property did
+    (rerun,) = re.findall(r"^  rerun   python (attnspec-failures/\S+\.py)$", done.stdout, re.M)
+    replayed = subprocess.run(
+        [str(attnspec_command.parent / "python"), rerun],
+        cwd=user_dir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert replayed.returncode == 1 and "AssertionError: max |out - oracle| = " in replayed.stderr, (
+        replayed.stdout + replayed.stderr
+    )
     # the JUnit report names the failing test's requirements too
     junit = (user_dir / "report.xml").read_text()
     assert re.search(f'name="requirements" value="[^"]*{found.group(1)}', junit), junit[:2000]

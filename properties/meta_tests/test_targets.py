@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
 
 from attnspec.properties import targets
-from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target
+from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target, within_length
 from attnspec.properties.target_checks import target_problems
 
 
@@ -18,7 +19,8 @@ def user_attention(q, k, v, *, causal=True, window=None):
 def test_a_bare_function_is_a_target_with_the_capabilities_it_carries(monkeypatch):
     monkeypatch.setattr(user_attention, "capabilities", {"window", "gqa"}, raising=False)
     target = targets.load(f"{__name__}:user_attention")
-    assert target.attention is user_attention and target.name == f"{__name__}:user_attention"
+    # the function itself, behind the wrapper that keeps its last calls for a failure's reproducer
+    assert inspect.unwrap(target.attention) is user_attention and target.name == f"{__name__}:user_attention"
     assert target.supports("window", "gqa") and not target.supports("sinks")
     assert target.layer is None and target.rope is None
 
@@ -126,3 +128,20 @@ def test_a_class_is_refused_with_a_hint_to_name_an_instance():
 
 
 output_only_with_weights = targets.Target("output only", output_only, frozenset({"weights"}))
+
+
+@pytest.mark.parametrize(
+    "tq, tk, longest, fitted",
+    [
+        (5, 9, None, (5, 9)),  # nothing declared
+        (5, 9, 9, (5, 9)),  # within it
+        (49, 49, 40, (40, 40)),  # as many queries as keys
+        (30, 60, 40, (30, 40)),  # fewer queries than keys, still fewer
+        (40, 60, 40, (39, 40)),
+        (60, 20, 40, (40, 20)),  # more queries than keys (blind queries), still more
+        (60, 50, 40, (40, 39)),
+        (3, 5, 1, (1, 1)),  # no room left for fewer
+    ],
+)
+def test_a_declared_max_len_shortens_a_case_keeping_its_shape(tq, tk, longest, fitted):
+    assert within_length(tq, tk, longest) == fitted

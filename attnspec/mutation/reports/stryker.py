@@ -203,5 +203,3 @@ def stryker_report(
         },
         "system": {"ci": bool(os.environ.get("CI")), "cpu": {"logicalCores": os.cpu_count() or 1}},
     }
-
-
