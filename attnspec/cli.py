@@ -65,18 +65,15 @@ class _Check:
 
         from attnspec.properties.run_report import NAME
 
-        first_call = session.config.pluginmanager.get_plugin(NAME).first_call
-        drawn = [  # the properties that will draw examples: not those skipped for a missing capability
-            item
-            for item in session.items
-            if getattr(item.function, "is_hypothesis_test", False) and not item.get_closest_marker("skip")
-        ]
+        timed = session.config.pluginmanager.get_plugin(NAME)
+        call = timed.call  # a call once warm: what each example pays
+        drawn = [item for item in session.items if _draws(item)]
         most = settings.default.max_examples
         jobs = min(self.jobs, len(drawn)) or 1
         said = ""
         if self.budget is not None and drawn:
             spent = time.monotonic() - self.started
-            examples = examples_within(self.budget, spent, len(drawn), first_call, jobs, most)
+            examples = examples_within(self.budget, spent, len(drawn), call, jobs, most)
             for function in {item.function for item in drawn}:  # what Hypothesis reads when it runs
                 own = function._hypothesis_internal_use_settings
                 function._hypothesis_internal_use_settings = settings(
@@ -85,10 +82,11 @@ class _Check:
             weaker = "" if examples >= most else f": a weaker check, {examples / most:.0%} of the drawn cases"
             a = "example" if examples == 1 else "examples"
             said = f"--budget {self.budget:g} s: {examples} {a} a property instead of {most}{weaker}"
-        elif first_call > SLOW_CALL:
-            about = estimate(len(drawn), most, first_call, jobs)
+        elif call > SLOW_CALL:
+            about = estimate(len(drawn), most, call, jobs)
+            first = f" ({timed.first_call:.2f} s the first)" if timed.first_call > 1.5 * call else ""
             said = (
-                f"the target took {first_call:.2f} s on its first call: {len(drawn)} properties at {most} "
+                f"the target takes {call:.2f} s a call{first}: {len(drawn)} properties at {most} "
                 f"examples each take about {duration(about)} here; --profile quick (5 examples) or "
                 "--budget SECONDS fits the check to a time"
             )
@@ -111,6 +109,23 @@ class _Check:
             session.shouldstop = "interrupted (Ctrl-C)"  # no message: the test's output is captured now
 
         signal.signal(signal.SIGINT, interrupted)
+
+
+def _draws(item: pytest.Item) -> bool:
+    """Whether a property will draw examples: not one skipped for a capability the target lacks, nor
+    a parametrisation in a dtype it does not declare (skips.require_dtype)."""
+    import torch
+
+    from attnspec.properties.skips import needed_for
+    from attnspec.properties.targets import current
+
+    if not getattr(getattr(item, "function", None), "is_hypothesis_test", False):
+        return False
+    if item.get_closest_marker("skip"):
+        return False
+    params = getattr(item, "callspec", None)
+    dtypes = [value for value in (params.params.values() if params else ()) if isinstance(value, torch.dtype)]
+    return all(current().supports(needed_for(dtype)) for dtype in dtypes if needed_for(dtype))
 
 
 def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:

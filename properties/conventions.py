@@ -62,6 +62,35 @@ def _matches(actual: torch.Tensor, expected: torch.Tensor, tolerance: float) -> 
     return err <= tolerance * max(1.0, expected.abs().max().item())
 
 
+CACHE_IGNORED = (
+    "the cache was never read: each chunk came out as {alone} gives that chunk alone, attending only "
+    "to its own tokens; a cache handed to a module under a keyword its forward does not name goes into "
+    "its **kwargs without an error (GPT-NeoX's attention takes layer_past=, Llama's past_key_values=)"
+)
+
+
+def cache_ignored(
+    decoded: torch.Tensor, x: torch.Tensor, chunks: list[int], alone: Callable, called: str
+) -> str | None:
+    """Whether ``decoded``, x decoded in ``chunks``, is each chunk run on its own, ``alone(chunk,
+    start)`` (``called`` in words): a decode that never reads what it cached, which over one token
+    chunks looks like a window of one key."""
+    if len(chunks) < 2:
+        return None
+    parts, start = [], 0
+    try:
+        with torch.no_grad():
+            for size in chunks:
+                parts.append(alone(x[:, start : start + size].contiguous(), start))
+                start += size
+    except Exception:  # a chunk it refuses alone tells nothing
+        return None
+    by_itself = torch.cat(parts, dim=1)
+    if by_itself.shape != decoded.shape or not _matches(decoded, by_itself.cpu(), _tolerance(decoded.dtype)):
+        return None
+    return CACHE_IGNORED.format(alone=called)
+
+
 def explained_by(out: torch.Tensor, golden: torch.Tensor, candidates: list[Candidate]) -> list[Candidate]:
     """The candidates whose expected output ``out`` matches, within the loose tolerance of its dtype.
     None when ``out`` has another shape than ``golden`` (the shape is the problem, whatever a

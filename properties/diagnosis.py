@@ -74,6 +74,33 @@ def _randn(*shape: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
+    out, q, k, v, keywords = _attention_call(target, probe, device, dtype)
+    return convention_mismatch(out, declared_attention(q, k, v, **keywords)[0], q, k, v, **keywords)
+
+
+# errors against the float64 oracle of a target that rounds float64 inputs to float32 somewhere: far
+# above float64's rounding (about 1e-15 here), at or below float32's (about 1e-7, 1e-4 after a sum)
+FLOAT32_SIZED = (1e-10, 1e-4)
+
+
+def precision_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """For a target that declares float64: whether it computes float64 inputs in float32 (a softmax,
+    a matmul or the whole call), seen in its errors against the oracle on a plain problem: float32's
+    size, not float64's."""
+    out, q, k, v, keywords = _attention_call(target, Probe(2, 2, 6, 6), device, dtype)
+    error = (out.double().cpu() - declared_attention(q, k, v, **keywords)[0].double()).abs().max().item()
+    low, high = FLOAT32_SIZED
+    if out.dtype != torch.float64 or not low < error <= high:
+        return None
+    return (
+        f"precision: float64 inputs are computed in float32 somewhere (errors of {error:.1e} against the "
+        "float64 oracle: float32's rounding, where float64's is about 1e-15); compute in float64 "
+        "throughout, or drop the capability 'float64'"
+    )
+
+
+def _attention_call(target: Target, probe: Probe, device, dtype: torch.dtype):
+    """The target's output on ``probe``, with the inputs and keywords it was called with."""
     d = target.head_size(4)
     n_heads, n_kv_heads = target.head_counts(probe.n_heads, probe.n_kv_heads)
     q = _randn(1, n_heads, probe.tq, d, seed=1, dtype=dtype)
@@ -84,7 +111,7 @@ def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) 
         keywords["document_ids"] = torch.tensor([ids], dtype=torch.int64)
     moved = {name: value.to(device) for name, value in keywords.items() if torch.is_tensor(value)}
     out = target.attention(q.to(device), k.to(device), v.to(device), **{**keywords, **moved})
-    return convention_mismatch(out, declared_attention(q, k, v, **keywords)[0], q, k, v, **keywords)
+    return out, q, k, v, keywords
 
 
 def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
@@ -118,6 +145,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     dtype = torch.float64 if target.supports("float64") else torch.float32
     probes = attention_probes(target) if target.attention is not None else []  # a module has a layer only
     checks = [partial(attention_finding, target, probe) for probe in probes]
+    if target.attention is not None and dtype == torch.float64:
+        checks.append(partial(precision_finding, target))
     checks += [partial(rope_finding, target)] if target.supports("rope") else []
     if target.supports("layer"):
         checks += [partial(layer_finding, target, probe) for probe in layer_probes(target)]

@@ -225,13 +225,16 @@ def fit_to_target(case: AttnCase) -> AttnCase:
     """The case without what the implementation under test does not support (--impl): one KV
     head per query head without "gqa", Tq = Tk without "decode", dv = d without "value_dim", no
     window, no sinks, no documents, head sizes among its declared ``head_dims``, head counts among its
-    declared ``heads``, lengths up to its declared ``max_len``."""
+    declared ``heads``, lengths up to its declared ``max_len``, batches up to its ``max_batch``."""
     target = current()
+    batch = min(case.batch, target.max_batch or case.batch)
     head_dim = target.head_size(case.head_dim)
     n_heads, n_kv_heads = target.head_counts(case.n_heads, case.n_kv_heads)
     tq, tk = within_length(case.tq if target.supports("decode") else case.tk, case.tk, target.max_len)
+    documents = case.documents[:batch] if case.documents is not None else None
     return replace(
         case,
+        batch=batch,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads if target.supports("gqa") else n_heads,
         tq=tq,
@@ -240,7 +243,7 @@ def fit_to_target(case: AttnCase) -> AttnCase:
         dv=target.head_size(case.dv) if target.supports("value_dim") else head_dim,
         window=case.window if target.supports("window") else None,
         use_sinks=case.use_sinks and target.supports("sinks"),
-        documents=case.documents if target.supports("documents") else None,
+        documents=documents if target.supports("documents") else None,
     )
 
 

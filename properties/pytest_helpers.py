@@ -173,10 +173,13 @@ def assert_attention_golden(out, golden, ref_lowp, what: str, q, k, v, **convent
     _golden_or_convention(out, golden, ref_lowp, what, mismatch, check)
 
 
-def assert_layer_golden(out, golden, ref_lowp, what: str, x, **layer) -> None:
-    """assert_attention_golden for a whole attention layer (layer_convention_mismatch)."""
+def assert_layer_golden(
+    out, golden, ref_lowp, what: str, x, explain: Callable[[], str | None] | None = None, **layer
+) -> None:
+    """assert_attention_golden for a whole attention layer (layer_convention_mismatch, after
+    ``explain``'s explanation where it has one)."""
     mismatch = functools.partial(layer_convention_mismatch, out, golden, x, **layer)
-    _golden_or_convention(out, golden, ref_lowp, what, mismatch)
+    _golden_or_convention(out, golden, ref_lowp, what, mismatch, first=explain)
 
 
 def assert_rope_golden(out, golden, ref_lowp, what: str, x, positions: list[int], base: float) -> None:
@@ -196,12 +199,20 @@ def assert_shift_invariant(shifted, out, golden, lowp_shifted, lowp_out, what: s
 
 
 def _golden_or_convention(
-    out, golden, ref_lowp, what: str, mismatch: Callable[[], str | None], check: Callable = assert_golden
+    out,
+    golden,
+    ref_lowp,
+    what: str,
+    mismatch: Callable[[], str | None],
+    check: Callable = assert_golden,
+    first: Callable[[], str | None] | None = None,
 ) -> None:
+    """``check``, whose failure leads with the explanation of ``first`` (where it has one), else of
+    ``mismatch`` (a neighbouring convention)."""
     try:
         check(out, golden, ref_lowp, what)
     except AssertionError as failure:
-        explained = mismatch()
+        explained = (first() if first is not None else None) or mismatch()
         if explained is None:
             raise
         raise AssertionError(f"{explained}\n{failure}") from None

@@ -38,7 +38,11 @@ def recorded(attention: Callable) -> Callable:
     @functools.wraps(attention)
     def recording(*args, **kwargs):
         CALLS.append((args, kwargs))
-        return attention(*args, **kwargs)
+        try:
+            return attention(*args, **kwargs)
+        except Exception as error:  # the call it raised on travels with it (refusal)
+            error.attnspec_call = (args, kwargs)  # type: ignore[attr-defined]
+            raise
 
     return recording
 
@@ -67,9 +71,9 @@ def refusal(target: targets.Target, error: BaseException) -> str | None:
     any other error."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
-    if not raised_by_the_target(error) or not CALLS:
+    if not raised_by_the_target(error) or not hasattr(error, "attnspec_call"):
         return None
-    args, kwargs = CALLS[-1]  # the call that raised: the last one made
+    args, kwargs = error.attnspec_call  # the call that raised (of several failures, the first's)
     if len(args) != 3 or not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in args):
         return None
     raised = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
@@ -104,7 +108,11 @@ def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
             dict(hq=1, hkv=1),
             "it takes one head: declare the head counts it takes (attention.heads = (...))",
         ),
-        (b > 1, dict(b=1), "it takes a batch of one: the kit draws batches of 1 to 4"),
+        (
+            b > 1,
+            dict(b=1),
+            "it takes a batch of one: declare the largest batch it takes (attention.max_batch = N)",
+        ),
     ]
     for switch, value, capability in (
         ("window", None, "window"),

@@ -154,6 +154,9 @@ def _plain(line: str) -> str:
     return re.sub(r"device=device\(type='\w+'(, index=\d+)?\),? ?", "", line)
 
 
+WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
+
+
 class RunReport:
     def __init__(self) -> None:
         self.passed = 0
@@ -164,7 +167,10 @@ class RunReport:
         self.failures: list[Failure] = []  # in the order they failed
         self.order: dict[str, int] = {}  # node id -> its place in the collection
         self.places: list[int] = []  # of each failure, its test's place in the collection
-        self.first_call = 0.0  # seconds the target's first call took (conftest.py, before the run)
+        # seconds the target's first call took, and a call once warm (the first again where it took
+        # more than WARM_UP: compiling, building caches), measured by conftest.py before the run
+        self.first_call = 0.0
+        self.call = 0.0
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:

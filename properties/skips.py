@@ -17,11 +17,16 @@ from attnspec.properties.targets import current
 def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
     """Skip a parametrisation in a dtype the target does not declare, or the device cannot run."""
     target = current()
-    needed = "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
+    needed = needed_for(dtype)
     if needed and not target.supports(needed):
         pytest.skip(lacks(target, needed))
     if dtype not in float_dtypes(device):
         pytest.skip(f"{dtype}: its matmul does not run on {device}")
+
+
+def needed_for(dtype: torch.dtype) -> str | None:
+    """The capability a target needs to be checked in ``dtype``: float32 needs none."""
+    return "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
 
 
 def second_device(device: torch.device) -> torch.device:

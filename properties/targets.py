@@ -197,6 +197,7 @@ class Target:
     # the longest sequence it takes: a module's T; an attention target's Tq and Tk (hypothesis_helpers:
     # fit_to_target shortens every case to it)
     max_len: int | None = None
+    max_batch: int | None = None  # the largest batch an attention target takes (fit_to_target)
     decode: Callable | None = None
     vocab_size: int | None = None
     hidden_states: Callable | None = None
@@ -230,8 +231,11 @@ class Target:
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
-        if self.max_len is not None and not (isinstance(self.max_len, int) and self.max_len >= 1):
-            raise ValueError(f"{self.name} declares max_len={self.max_len!r}: a positive integer expected")
+        for field in ("max_len", "max_batch"):
+            limit = getattr(self, field)
+            positive = isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
+            if limit is not None and not positive:
+                raise ValueError(f"{self.name} declares {field}={limit!r}: a positive integer expected")
         width = self.vocab_size if self.vocab_size is not None else self.d_model
         if "module" in self.capabilities and not (callable(self.module) and isinstance(width, int)):
             what = "a callable module and d_model (or vocab_size for a model)"
@@ -240,7 +244,7 @@ class Target:
             needed = "chunks" if method == "decode" else method
             if needed in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
-                    f"{self.name} claims the {method!r} capability but has no callable {method}()"
+                    f"{self.name} claims the {needed!r} capability but has no callable {method}()"
                 )
 
     def supports(self, *names: str) -> bool:
@@ -303,7 +307,7 @@ def as_target(name: str, obj: object) -> Target:
     if isinstance(obj, type):
         raise TypeError(f"{obj.__name__} is a class: name an instance of it (module:INSTANCE) or a function")
     declared = frozenset(getattr(obj, "capabilities", ()))
-    if "module" in declared or (isinstance(obj, torch.nn.Module) and not hasattr(obj, "attention")):
+    if "module" in declared or (isinstance(obj, torch.nn.Module) and not _attention_method(obj)):
         return module_target(name, obj, declared | {"module"})
     attention = getattr(obj, "attention", obj)
     if not callable(attention):
@@ -327,7 +331,14 @@ def as_target(name: str, obj: object) -> Target:
         mask_mod=getattr(obj, "mask_mod", None),
         heads=tuple(getattr(obj, "heads", ())),
         max_len=getattr(obj, "max_len", None),
+        max_batch=getattr(obj, "max_batch", None),
     )
+
+
+def _attention_method(module: torch.nn.Module) -> bool:
+    """Whether a module holds a kernel, an ``attention(q, k, v, ...)`` method: not a submodule named
+    ``attention``, which a module's own layers often are (GPT-NeoX's and BERT's ``self.attention``)."""
+    return hasattr(module, "attention") and not isinstance(module.attention, torch.nn.Module)
 
 
 def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:

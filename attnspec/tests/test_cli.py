@@ -100,6 +100,8 @@ def attention(q, k, v, **kwargs):
         raise ValueError(f"head size must be even, got {q.shape[-1]}")
     if q.shape[-2] > 40:
         raise ValueError(f"at most 40 queries, got {q.shape[-2]}")
+    if q.shape[0] > 2:
+        raise ValueError(f"at most 2 sequences, got {q.shape[0]}")
     return toy.attention(q, k, v, **kwargs)
 
 
@@ -132,7 +134,8 @@ def user_dir(tmp_path_factory) -> Path:
     (cwd / "crash.py").write_text(CRASH)
     (cwd / "refusing.py").write_text(REFUSING)
     (cwd / "slow.py").write_text(SLOW)
-    (cwd / "declares.py").write_text(REFUSING + "\nattention.head_dims = (2, 4, 8)\nattention.max_len = 40\n")
+    limits = "attention.head_dims = (2, 4, 8)\nattention.max_len = 40\nattention.max_batch = 2\n"
+    (cwd / "declares.py").write_text(REFUSING + "\n" + limits)
     (cwd / "syntax.py").write_text("def attention(q, k, v\n    return q\n")
     (cwd / "raises.py").write_text("import toy\n\nraise RuntimeError('no GPU found at import')\n")
     return cwd
@@ -460,10 +463,18 @@ def test_a_kernel_that_refuses_inputs_it_does_not_declare_gets_one_line_and_no_v
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-2000:]
     refused = [line for line in done.stdout.splitlines() if line.startswith("refused (")]
     # one line for each thing to declare, however many properties it refused: the head sizes, and the
-    # length, where a case with an even head size has more than 40 queries
-    assert 1 <= len(refused) <= 2, done.stdout
-    assert "it raised ValueError: head size must be even, got " in refused[0], refused
-    assert refused[0].endswith("declare the head sizes it takes (attention.head_dims = (...))"), refused
+    # length or the batch, where a case with an even head size has more than 40 queries or 2 sequences
+    assert 1 <= len(refused) <= 3, done.stdout
+    head_sizes = [line for line in refused if "it raised ValueError: head size must be even, got " in line]
+    advice = "declare the head sizes it takes (attention.head_dims = (...))"
+    assert head_sizes and head_sizes[0].endswith(advice), refused
+    for line in refused:  # each names what the call it describes raised on
+        raised = re.search(r"it raised ValueError: (.*?) on B=(\d+), .*? head size (\d+), ", line)
+        assert raised, line
+        said, batch, head_size = raised.groups()
+        assert ("head size" in said and int(head_size) % 2) or ("sequences" in said and int(batch) > 2) or (
+            "queries" in said
+        ), line
     assert not re.search(r"^[A-Z]+-\d+  ", done.stdout, re.M), done.stdout  # no requirement is blamed
     assert (
         done.stdout.strip()
@@ -475,7 +486,8 @@ def test_a_kernel_that_refuses_inputs_it_does_not_declare_gets_one_line_and_no_v
 
 
 def test_a_kernel_that_declares_the_sizes_it_takes_passes(user_dir: Path):
-    done = attnspec_command(user_dir, "check", "declares:attention", "--profile", "quick", "-k", "oracle")
+    selected = "oracle or batch_elements"
+    done = attnspec_command(user_dir, "check", "declares:attention", "--profile", "quick", "-k", selected)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith("PASS: --impl declares:attention passed")
     assert not (user_dir / "attnspec-failures").exists()  # a pass leaves nothing behind
@@ -487,7 +499,7 @@ def test_a_slow_target_is_told_what_the_check_costs_and_a_budget_fits_it(user_di
     assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-2000:]
     first = told.stdout.splitlines()[0]
     assert re.fullmatch(
-        r"the target took 0\.\d\d s on its first call: 4 properties at 5 examples each take about \d+ s "
+        r"the target takes 0\.\d\d s a call: 4 properties at 5 examples each take about \d+ s "
         r"here; --profile quick \(5 examples\) or --budget SECONDS fits the check to a time",
         first,
     ), first

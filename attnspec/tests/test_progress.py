@@ -52,8 +52,8 @@ def test_a_terminal_gets_one_line_in_place_of_the_dots():
 
 
 def test_a_budget_buys_the_examples_it_can_pay_for():
-    # 10 properties, a call of 0.1 s (three an example, and 5 ms of the kit's): 0.305 s an example
-    assert examples_within(65, 5, 10, 0.1, 2, 25) == 25  # 60 s left would pay for 39: the profile's 25
-    assert examples_within(20, 5, 10, 0.1, 2, 25) == 9  # 15 s left on 2 processes: 30 / (10 * 0.305)
+    # 10 properties, a call of 0.1 s (1.6 calls an example, and 5 ms of the kit's): 0.165 s an example
+    assert examples_within(65, 5, 10, 0.1, 2, 25) == 25  # 60 s left would pay for 72: the profile's 25
+    assert examples_within(20, 5, 10, 0.1, 2, 25) == 18  # 15 s left on 2 processes: 30 / (10 * 0.165)
     assert examples_within(5, 9, 10, 0.1, 2, 25) == 1  # spent already: one example, never none
-    assert abs(estimate(10, 25, 0.1, 2) - 10 * 25 * 0.305 / 2) < 1e-9
+    assert abs(estimate(10, 25, 0.1, 2) - 10 * 25 * 0.165 / 2) < 1e-9

@@ -14,7 +14,15 @@ FlexAttention one, slow when eager, passes a selection of it there and the whole
   ``generate_square_subsequent_mask``, a boolean one with a window), a module target with its white box;
 - ``gpt2_style``: a small Hugging-Face-GPT-2-style decoder (``Conv1D`` weights stored (in, out), a fused
   ``c_attn``, a boolean mask buffer against ``finfo.min``, LayerNorm blocks, learned positions, decoding
-  through ``(key, value)`` tuples), a module target that decodes in chunks, with its white box.
+  through ``(key, value)`` tuples), a module target that decodes in chunks, with its white box;
+- ``neox_style``: a Hugging-Face-GPT-NeoX-style attention module (a per-head fused ``query_key_value``,
+  ``rotate_half`` RoPE after the cache's length, ``layer_past`` in and ``present`` out, ``**kwargs``),
+  wrapped as a user does to check it, a module target that decodes in chunks.
+
+Two module targets have a broken twin with a bug their users ship: ``torch_multihead``'s
+``NORMED_IN_FLOAT32`` (an RMS norm cast to float32 in a module that declares float64) and
+``neox_style``'s ``KWARGS_SWALLOW_THE_CACHE`` (the cache handed over as ``past_key_value=``, which
+NeoX's ``**kwargs`` takes without an error).
 
 Four more declare what their attention computes (properties/declared.py), each beside a broken twin with
 a bug their users ship, which the kit fails:

@@ -51,3 +51,21 @@ ATTENTION.capabilities = {"float64", "no_positions", "layer", "window"}
 ATTENTION.windows = (None,)
 ATTENTION.layer = layer
 ATTENTION.tied_width = True
+
+
+class NormedInFloat32(CausalSelfAttention):
+    """A broken twin: an RMS norm before the attention, computed in float32 "for stability" as
+    Llama-family code writes its norms (the input cast to float32, the result cast back).  It declares
+    float64, but its float64 inputs are rounded to float32 there: nothing after the norm can tell apart
+    two inputs that float32 cannot."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return super().forward(h.to(dtype))
+
+
+torch.manual_seed(0)
+NORMED_IN_FLOAT32 = NormedInFloat32(32, 4)
+NORMED_IN_FLOAT32.capabilities = {"float64", "no_positions"}

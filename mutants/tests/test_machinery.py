@@ -489,6 +489,19 @@ def test_the_eta_weighs_the_kill_matrix_by_its_budget_and_the_rest_by_their_pace
     assert watch.line(progress).endswith("ETA 0m04s")
 
 
+def test_the_eta_of_the_kill_matrix_is_at_least_its_longest_fault_whose_jobs_run_one_at_a_time():
+    from attnspec.mutation.engine import Job, Remaining
+
+    # F1's three siblings run one after another; F2's one beside them: 2 workers cannot halve F1's 30 s
+    jobs = [Job(f"a{i}", [], True, budget_s=10.0, fault="F1") for i in range(3)]
+    jobs.append(Job("b", [], True, budget_s=10.0, fault="F2"))
+    remaining = Remaining(jobs, workers=2)
+    assert remaining.estimate()["matrix_seconds"] == pytest.approx(30.0)  # not 40 s / 2 workers
+    remaining.done(jobs[0], 20.0)  # twice its budget: the two left of F1 take about 2 x 20 s
+    assert remaining.estimate()["matrix_seconds"] == pytest.approx(40.0)
+    assert remaining.estimate()["seconds"] == pytest.approx(40.0)  # no ordinary mutant: known
+
+
 # A kill matrix in a table: each test's requirements and attention path, and per mutant the tests that
 # reach it (the engine runs them by name: their clean times are equal) and those of them that fail.
 # F1's three mutants fail overlapping requirements, some on one path only; s1 is a catalogue mutant that

@@ -73,6 +73,14 @@ def test_a_target_that_computes_a_float64_layer_in_float32_fails_in_float64():
     assert "convention mismatch" not in done.stdout, done.stdout[-3000:]  # a bug, not a convention
 
 
+def test_a_target_that_computes_float64_attention_in_float32_fails_and_is_told_so():
+    # peers' recipes, which compare in float32, pass it (docs/explanation/peers.md)
+    target = "attnspec.properties.meta_tests.broken_targets:FLOAT32_INSIDE"
+    done = run_properties(target, "-k", "test_matches_the_oracle", profile=kit_profile(failing=True))
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "precision: float64 inputs are computed in float32" in done.stdout, done.stdout[-3000:]
+
+
 def test_an_unknown_target_is_a_usage_error():
     done = run_properties("no_such_package.module:thing")
     assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage-error exit code

@@ -53,6 +53,12 @@ def test_the_diagnosis_names_nothing_for_a_conforming_target_a_plain_bug_or_anot
     assert target_diagnosis(load(name)) is None
 
 
+def test_a_target_that_computes_float64_inputs_in_float32_is_told_so():
+    diagnosis = target_diagnosis(load(f"{BROKEN}:FLOAT32_INSIDE"))
+    assert diagnosis is not None and diagnosis.startswith("precision: float64 inputs are computed in float32")
+    assert "drop the capability 'float64'" in diagnosis and "convention" not in diagnosis, diagnosis
+
+
 def test_a_window_ignored_is_never_diagnosed_as_a_window_of_w_plus_1():
     assert "W+1" not in target_diagnosis(load(f"{BROKEN}:WINDOW_IGNORED"))
 

@@ -6,6 +6,7 @@ import inspect
 import re
 
 import pytest
+import torch
 
 from attnspec.properties import targets
 from attnspec.properties.hypothesis_helpers import AttnCase, fit_to_target, within_length
@@ -34,6 +35,32 @@ def test_an_unknown_capability_is_refused_by_name():
 def test_a_capability_without_its_method_is_refused(method):
     with pytest.raises(TypeError, match=method):
         targets.Target("mine", user_attention, frozenset({method}))
+
+
+def test_a_module_capability_without_its_method_names_the_capability():
+    with pytest.raises(TypeError, match="claims the 'chunks' capability but has no callable decode"):
+        targets.Target("mine", None, frozenset({"module", "chunks"}), module=lambda x: x, d_model=4)
+
+
+class Block(torch.nn.Module):
+    """A block whose attention layer is a submodule named ``attention``, as GPT-NeoX's and BERT's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.attention(x)
+
+
+class KernelModule(torch.nn.Module):
+    def attention(self, q, k, v, **kwargs):
+        return q
+
+
+def test_a_submodule_named_attention_leaves_a_module_a_module_target():
+    assert targets.as_target("block", Block()).module is not None
+    assert targets.as_target("kernel", KernelModule()).attention is not None  # a method: a kernel
 
 
 def test_declared_head_sizes_are_the_only_ones_drawn(monkeypatch):
@@ -145,3 +172,18 @@ output_only_with_weights = targets.Target("output only", output_only, frozenset(
 )
 def test_a_declared_max_len_shortens_a_case_keeping_its_shape(tq, tk, longest, fitted):
     assert within_length(tq, tk, longest) == fitted
+
+
+def test_a_declared_max_batch_and_max_len_bound_every_case(monkeypatch):
+    monkeypatch.setattr(user_attention, "capabilities", {"documents", "decode"}, raising=False)
+    monkeypatch.setattr(user_attention, "max_batch", 2, raising=False)
+    monkeypatch.setattr(user_attention, "max_len", 6, raising=False)
+    target = targets.load(f"{__name__}:user_attention")
+    monkeypatch.setattr(targets, "_current", target)
+    monkeypatch.setenv(targets.ENV, target.name)
+    documents = ((2, 8), (10,), (4, 6), (5, 5))  # one row of document lengths per batch row
+    case = fit_to_target(AttnCase(4, 2, 2, 3, 10, 4, 4, None, False, seed=0, documents=documents))
+    assert (case.batch, case.tq, case.tk, case.documents) == (2, 3, 6, documents[:2])
+    for wrong in (0, 1.5, True):
+        with pytest.raises(ValueError, match="max_batch"):
+            targets.Target("mine", user_attention, frozenset(), max_batch=wrong)
