@@ -219,7 +219,7 @@ def check(args: argparse.Namespace) -> int:
         return NOT_CHECKED
     print(report.verdict(target))
     if code == pytest.ExitCode.TESTS_FAILED:
-        return FAILED if report.broken() else NOT_CHECKED  # refusals alone: not checked where refused
+        return FAILED if report.failed() else NOT_CHECKED  # refusals alone: not checked where refused
     if code == pytest.ExitCode.OK and report.passed:
         return PASSED
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)

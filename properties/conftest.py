@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from attnspec.properties import reproducers, targets
+from attnspec.properties import global_state, reproducers, targets
 from attnspec.properties.conventions import TERSE
 from attnspec.properties.diagnosis import target_diagnosis
 from attnspec.properties.laws import law_problem
@@ -183,8 +183,7 @@ def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
         return not target.supports("module")
     if item.path == LAYER_PROPERTIES:
         return False
-    in_properties = item.path.is_relative_to(HERE) and not item.path.is_relative_to(META_TESTS)
-    return target.attention is None and in_properties
+    return target.attention is None and _is_property(item)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -205,12 +204,44 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reproducers.forget()  # the calls a failure looks among are its own test's
 
 
+RNG_AT_START = torch.random.get_rng_state()  # the generator as the run found it
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Each property runs from the same global state (global_state.py), whatever ran before it (the
+    user's own tests under pytest --attnspec); a target that changes that state during a property
+    fails it, told what it changed, and the state is put back for the next."""
+    if not _is_property(item):
+        return (yield)
+    global_state.restore(global_state.CLEAN)
+    torch.random.set_rng_state(RNG_AT_START)
+    try:
+        return (yield)
+    finally:
+        changed = global_state.changes(global_state.CLEAN, global_state.snapshot())
+        if changed:
+            global_state.restore(global_state.CLEAN)
+            raise global_state.ChangedGlobalState(
+                f"the target {'; '.join(changed)} and left it so: a target must leave torch's global "
+                "state as it found it (attnspec put it back for the next property)"
+            )
+
+
+def _is_property(item: pytest.Item) -> bool:
+    return item.path.is_relative_to(HERE) and not item.path.is_relative_to(META_TESTS)
+
+
 def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.Target, call) -> None:
     """What the user gets back from a failure (reproducers.py): an error the target raised on an input
     is a refusal, one line saying what to declare (``attnspec_refused``); otherwise, where `attnspec
     check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test against the oracle,
     saved as a script that replays it: the report carries the script's path, the call in words, its
-    wrong rows and its size (``attnspec_reproducer``: they travel between processes)."""
+    wrong rows and its size (``attnspec_reproducer``: they travel between processes).  A change of
+    torch's global state is said in one line too (``attnspec_state``)."""
+    if call.excinfo is not None and isinstance(call.excinfo.value, global_state.ChangedGlobalState):
+        report.attnspec_state = str(call.excinfo.value)
+        return
     if target.attention is None:
         return
     refused = reproducers.refusal(target, call.excinfo.value) if call.excinfo is not None else None

@@ -21,6 +21,7 @@ from attnspec.properties.conventions import (
     rope_convention_mismatch,
 )
 from attnspec.properties.declared import declaration
+from attnspec.properties.memory_layouts import as_given, heads_after_positions
 from attnspec.properties.references import declared_attention
 from attnspec.properties.target_checks import KEYWORDS
 from attnspec.properties.targets import LayerSpec, Target
@@ -99,8 +100,38 @@ def precision_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     )
 
 
+LAYOUT = (
+    "layout: the target reads its inputs as if they were contiguous: on contiguous copies it gives the "
+    "oracle's output, on q, k, v laid out (B, T, H, d) and transposed, as model code hands them, it does "
+    "not; read the inputs' strides (or call .contiguous() on them), or declare "
+    "attention.needs_contiguous = True"
+)
+
+
+def layout_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """Whether the target gives the oracle's output on contiguous inputs and not on the same values in
+    the layout model code hands attention (memory_layouts.py)."""
+    out, q, k, v, keywords = _attention_call(target, Probe(2, 2, 6, 6), device, dtype)
+    expected = declared_attention(q, k, v, **keywords)[0]
+    strided = (heads_after_positions(t.to(device)) for t in (q, k, v))
+    moved = {name: value.to(device) for name, value in keywords.items() if torch.is_tensor(value)}
+    on_views = target.attention(*strided, **{**keywords, **moved})
+    tolerance = 1e-6 if dtype == torch.float64 else 1e-3
+    if _close(out, expected, tolerance) and not _close(on_views, expected, tolerance):
+        return LAYOUT
+    return None
+
+
+def _close(actual, expected: torch.Tensor, tolerance: float) -> bool:
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    error = (actual.detach().cpu().double() - expected.double()).abs().max().item()
+    return error <= tolerance * max(1.0, expected.abs().max().item())
+
+
 def _attention_call(target: Target, probe: Probe, device, dtype: torch.dtype):
-    """The target's output on ``probe``, with the inputs and keywords it was called with."""
+    """The target's output on ``probe`` (contiguous inputs, as given: memory_layouts.as_given), with
+    the inputs and keywords it was called with."""
     d = target.head_size(4)
     n_heads, n_kv_heads = target.head_counts(probe.n_heads, probe.n_kv_heads)
     q = _randn(1, n_heads, probe.tq, d, seed=1, dtype=dtype)
@@ -110,7 +141,8 @@ def _attention_call(target: Target, probe: Probe, device, dtype: torch.dtype):
         ids = [n for n, length in enumerate(probe.documents) for _ in range(length)]
         keywords["document_ids"] = torch.tensor([ids], dtype=torch.int64)
     moved = {name: value.to(device) for name, value in keywords.items() if torch.is_tensor(value)}
-    out = target.attention(q.to(device), k.to(device), v.to(device), **{**keywords, **moved})
+    with as_given():
+        out = target.attention(q.to(device), k.to(device), v.to(device), **{**keywords, **moved})
     return out, q, k, v, keywords
 
 
@@ -147,6 +179,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     checks = [partial(attention_finding, target, probe) for probe in probes]
     if target.attention is not None and dtype == torch.float64:
         checks.append(partial(precision_finding, target))
+    if target.attention is not None and not target.needs_contiguous:
+        checks.append(partial(layout_finding, target))
     checks += [partial(rope_finding, target)] if target.supports("rope") else []
     if target.supports("layer"):
         checks += [partial(layer_finding, target, probe) for probe in layer_probes(target)]

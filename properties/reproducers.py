@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from attnspec.properties import targets
+from attnspec.properties.memory_layouts import as_given, layout_of
 from attnspec.properties.pytest_helpers import Conditioning
 from attnspec.properties.references import declared_attention
 from attnspec.specs.tolerance import golden_bound
@@ -82,6 +83,11 @@ def refusal(target: targets.Target, error: BaseException) -> str | None:
 
 
 def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
+    if not all(t.is_contiguous() for t in (q, k, v)) and _takes_contiguous(target, q, k, v, keywords):
+        return (
+            "it takes contiguous inputs only: make it read its inputs' strides (model code hands attention "
+            "transposed views), or declare attention.needs_contiguous = True"
+        )
     b, hq, tq, d = q.shape
     tk, dv = k.shape[2], v.shape[3]
     short_q, short_k = _within(tq, tk, 8)
@@ -127,6 +133,16 @@ def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
         if differs and _takes(target, q, k, v, keywords, **change):
             return says
     return "no single change of its dtype, head size, length, head count, batch or switches made it take it"
+
+
+def _takes_contiguous(target: targets.Target, q, k, v, keywords: dict) -> bool:
+    """Whether the target returns from the same call on contiguous copies of its inputs."""
+    try:
+        with torch.no_grad(), as_given():
+            target.attention(q.contiguous(), k.contiguous(), v.contiguous(), **keywords)
+    except Exception:
+        return False
+    return True
 
 
 def _within(tq: int, tk: int, longest: int) -> tuple[int, int]:
@@ -228,6 +244,9 @@ def described(call: dict) -> str:
     documents = keywords.get("document_ids")
     if documents is not None:
         words.append("documents" if documents.is_meta else f"documents {documents.tolist()}")
+    strided = [t for t in (q, k, v) if not t.is_contiguous()]
+    if strided:  # memory_layouts.py
+        words.append(f"q, k, v {layout_of(strided[0])} in memory")
     return ", ".join(words) + f", {str(q.dtype).removeprefix('torch.')}"
 
 

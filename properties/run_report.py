@@ -113,6 +113,11 @@ class Failure:
     reproducer: tuple[str, str, str, int] | None = None
     full: str = ""  # pytest's whole report of it
     refused: str = ""  # an error the target raised on an input, and what to declare (reproducers.refusal)
+    state: str = ""  # the global state the target changed (global_state.py)
+
+    def set_aside(self) -> bool:
+        """Whether it is said in a line of its own, not as a broken requirement."""
+        return bool(self.refused or self.state)
 
     def lines(self) -> list[str]:
         where = "" if self.when == "call" else f" (error in {self.when})"
@@ -220,6 +225,7 @@ class RunReport:
                 tuple(reproducer) if reproducer else None,
                 report.longreprtext,
                 getattr(report, "attnspec_refused", ""),
+                getattr(report, "attnspec_state", ""),
             )
             self.failures.append(failure)
             self.places.append(self.order.get(report.nodeid, len(self.order)))
@@ -238,10 +244,10 @@ class RunReport:
         (then one line naming the rest): each shows the failure that says the most: one with a
         reproducer, the smallest, else the first in the collection's order; a failure of several
         requirements stands for each, where no other failure does."""
-        in_order = [f for f in self._in_order() if not f.refused]
+        in_order = [f for f in self._in_order() if not f.set_aside()]
         broken = {rid for failure in in_order for rid in failure.requirements}
         ordered = [rid for rid in REQUIREMENTS if rid in broken] + sorted(broken - set(REQUIREMENTS))
-        lines = self.refusal_lines()
+        lines = self.state_lines() + self.refusal_lines()
         used: set[int] = set()
         shown = ordered if limit is None else ordered[:limit]
         for rid in shown:
@@ -268,11 +274,33 @@ class RunReport:
     def refused(self) -> list[Failure]:
         return [failure for failure in self._in_order() if failure.refused]
 
+    def changed_state(self) -> list[Failure]:
+        return [failure for failure in self._in_order() if failure.state]
+
     def broken(self) -> list[str]:
-        """The requirements a failure that is no refusal breaks."""
-        return sorted(
-            {rid for f in self.failures if not f.refused for rid in f.requirements or ["(no requirement)"]}
-        )
+        """The requirements a failure that is no refusal nor a change of global state breaks."""
+        return sorted({
+            rid
+            for f in self.failures
+            if not f.set_aside()
+            for rid in f.requirements or ["(no requirement)"]
+        })
+
+    def failed(self) -> bool:
+        """Whether the target is broken: a requirement, or torch's global state left changed."""
+        return bool(self.broken() or self.changed_state())
+
+    def state_lines(self) -> list[str]:
+        """The global state the target changed, one line for each change, however many properties
+        saw it."""
+        by_change: dict[str, int] = {}
+        for failure in self.changed_state():
+            by_change[failure.state] = by_change.get(failure.state, 0) + 1
+        lines = []
+        for change, count in by_change.items():
+            properties = f"{count} propert{'y' if count == 1 else 'ies'}"
+            lines += [f"changed torch's global state ({properties}): {change}", ""]
+        return lines
 
     def refusal_lines(self) -> list[str]:
         """The target's refusals, one line for each thing to declare (the end of a refusal, after its
@@ -330,14 +358,17 @@ class RunReport:
         return lines
 
     def verdict(self, target: Target) -> str:
-        """FAIL when a property fails other than by a refusal; NOT CHECKED when the target refused
+        """FAIL when a property fails other than by a refusal (a requirement broken, or torch's global
+        state left changed); NOT CHECKED when the target refused
         inputs it does not declare it cannot take, and failed nothing else; PASS otherwise."""
         under = f", under its declaration: {declaration(target)}" if declaration(target) else ""
         refused = len(self.refused())
         counts = f"{self.failed_tests - refused} failed, {self.passed} passed, {self.skipped} skipped"
         counts += f", {refused} refused" if refused else ""
-        if self.broken():
-            return f"FAIL: --impl {target.name} breaks {', '.join(self.broken())} ({counts}{under})"
+        if self.failed():
+            what = ["changes torch's global state"] if self.changed_state() else []
+            what += [f"breaks {', '.join(self.broken())}"] if self.broken() else []
+            return f"FAIL: --impl {target.name} {' and '.join(what)} ({counts}{under})"
         if refused:
             return (
                 f"NOT CHECKED: --impl {target.name} refused inputs it does not declare it cannot take: "

@@ -198,6 +198,7 @@ class Target:
     # fit_to_target shortens every case to it)
     max_len: int | None = None
     max_batch: int | None = None  # the largest batch an attention target takes (fit_to_target)
+    needs_contiguous: bool = False  # an attention target gets contiguous q, k, v (memory_layouts.py)
     decode: Callable | None = None
     vocab_size: int | None = None
     hidden_states: Callable | None = None
@@ -332,6 +333,7 @@ def as_target(name: str, obj: object) -> Target:
         heads=tuple(getattr(obj, "heads", ())),
         max_len=getattr(obj, "max_len", None),
         max_batch=getattr(obj, "max_batch", None),
+        needs_contiguous=bool(getattr(obj, "needs_contiguous", False)),
     )
 
 
@@ -392,6 +394,7 @@ def load(name: str) -> Target:
     for part in attribute.split("."):
         obj = getattr(obj, part)
     from attnspec.properties import declared  # it builds on this module
+    from attnspec.properties.memory_layouts import laid_out
     from attnspec.properties.reproducers import recorded
 
     target = as_target(name, obj)
@@ -401,7 +404,9 @@ def load(name: str) -> Target:
     target = declared.translated(target)
     if target.attention is None or name == "impl":
         return target
-    return replace(target, attention=recorded(target.attention))  # a failure's calls, for its reproducer
+    attention = recorded(target.attention)  # a failure's calls, for its reproducer
+    # the inputs in the memory layouts model code produces, unless it needs contiguous ones
+    return replace(target, attention=attention if target.needs_contiguous else laid_out(attention))
 
 
 # What a built-in adapter needs installed besides attnspec.

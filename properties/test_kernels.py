@@ -321,15 +321,19 @@ def test_extreme_keys_behind_the_diagonal_do_not_leak(case, seed, device):
 # --- KERN-4: numerical range ------------------------------------------------------------------------
 
 
+FAR = 98304.0  # 3 * 2^15: logits far below any finite sentinel a running max may start at (-1e4, -5e4)
+
+
 def range_sizes(dtype: torch.dtype, head_dim: int) -> tuple[float, ...]:
     """Logit spans beyond exp's range in the dtype the kernel scores in: past 88.7 for float32, 709.8
     for float64; for fp16/bf16 inputs (scored in float32) dot products past the fp16 maximum, 65504,
-    as well."""
+    as well; and in every dtype FAR, where a row whose every logit lies below a running max that
+    starts at a finite sentinel instead of -inf sums to 0 (steer_logits keeps such logits exact)."""
     if dtype == torch.float64:
-        return (800.0,)
+        return (800.0, FAR)
     if dtype == torch.float32:
-        return (120.0,)
-    return (120.0, 65536.0 / math.sqrt(head_dim))
+        return (120.0, FAR)
+    return (120.0, 65536.0 / math.sqrt(head_dim), FAR)
 
 
 @pytest.mark.req("KERN-4")

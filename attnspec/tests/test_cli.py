@@ -109,6 +109,22 @@ attention.capabilities = toy.attention.capabilities - {"weights"}
 """
 
 
+# a kernel "for inference" that switches autograd off for the whole process on its first call
+LEAKY = """
+import torch
+
+import toy
+
+
+def attention(q, k, v, **kwargs):
+    torch.set_grad_enabled(False)
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+
 # the toy kernel at 0.3 s a call: eager FlexAttention on a CPU, a kernel that computes on the host
 SLOW = """
 import time
@@ -133,6 +149,7 @@ def user_dir(tmp_path_factory) -> Path:
     (cwd / "leaks_often.py").write_text(LEAKS_OFTEN)
     (cwd / "crash.py").write_text(CRASH)
     (cwd / "refusing.py").write_text(REFUSING)
+    (cwd / "leaky.py").write_text(LEAKY)
     (cwd / "slow.py").write_text(SLOW)
     limits = "attention.head_dims = (2, 4, 8)\nattention.max_len = 40\nattention.max_batch = 2\n"
     (cwd / "declares.py").write_text(REFUSING + "\n" + limits)
@@ -483,6 +500,17 @@ def test_a_kernel_that_refuses_inputs_it_does_not_declare_gets_one_line_and_no_v
             "NOT CHECKED: --impl refusing:attention refused inputs it does not declare it cannot take"
         )
     )
+
+
+def test_a_kernel_that_changes_global_state_fails_in_one_line_naming_it(user_dir: Path):
+    selected = "test_matches_the_oracle or test_gradients_match_the_oracle or test_rows_sum_to_one"
+    done = attnspec_command(user_dir, "check", "leaky:attention", "--profile", "quick", "-k", selected)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    said = [line for line in done.stdout.splitlines() if line.startswith("changed torch's global state (")]
+    assert len(said) == 1 and "the target switched grad mode off (torch.set_grad_enabled)" in said[0], said
+    assert not re.search(r"^[A-Z]+-\d+  ", done.stdout, re.M), done.stdout  # no requirement is blamed
+    verdict = done.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("FAIL: --impl leaky:attention changes torch's global state ("), verdict
 
 
 def test_a_kernel_that_declares_the_sizes_it_takes_passes(user_dir: Path):

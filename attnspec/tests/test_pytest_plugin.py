@@ -114,6 +114,9 @@ USERS_TESTS = (
 KIT = "attnspec/properties/"  # the node ids of the kit's tests start so
 
 
+PROJECT_FILES = {"toy.py": TOY, "pytest.ini": INI, "conftest.py": CONFTEST}
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("project")
@@ -296,3 +299,30 @@ def test_without_a_target_only_the_users_tests_run(project: Path):
     assert KIT not in done.stdout and "capabilities of --impl" not in done.stdout, done.stdout
     assert not re.search(r"^(attnspec: |PASS: |NOT CHECKED: )", done.stdout, re.M), done.stdout
     assert re.fullmatch(r"=+ 3 passed in .*", done.stdout.splitlines()[-1]), done.stdout[-500:]
+
+
+# A user's test that leaves torch's global state changed, as inference code does: the kit's properties
+# that run after it start from a clean state (properties/global_state.py) and pass a correct target.
+LEAKS = """
+import torch
+
+
+def check_inference_code_leaks_grad_mode_and_the_default_dtype():
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+"""
+
+
+def test_a_users_test_that_leaks_global_state_cannot_fail_a_correct_target(tmp_path: Path):
+    for name in ("toy.py", "pytest.ini", "conftest.py"):
+        (tmp_path / name).write_text(PROJECT_FILES[name])
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "check_leaks.py").write_text(LEAKS)
+    selected = "leaks or gradients or matches_the_oracle or output_and_weight_shapes"
+    kit = ["--attnspec", "toy:attention", "--attnspec-profile", "quick", "-k", selected, "-v"]
+    done = pytest_in(tmp_path, *kit)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    ran = re.findall(r"^(\S+::\S+) PASSED", done.stdout, re.M)
+    assert ran[0] == "checks/check_leaks.py::check_inference_code_leaks_grad_mode_and_the_default_dtype", ran
+    assert any("test_gradients" in test for test in ran[1:]), ran  # after the leak, and passed
+    assert verdict(done).startswith("PASS: --impl toy:attention passed every property it can run")

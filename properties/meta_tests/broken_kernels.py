@@ -11,7 +11,7 @@ walk, paths, declared blocks and switches) is the correct one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -79,6 +79,34 @@ class MaxStartsAtZero(FlashReference):
     def empty(self, problem, rows, sink):
         m, total, acc = super().empty(problem, rows, sink)
         return (torch.zeros_like(m) if sink is None else m), total, acc
+
+
+class MaxStartsAtASentinel(FlashReference):
+    """The running max starts at a finite sentinel, -5e4, instead of -inf (a "safe" -inf, as shipped
+    kernels have written it): right wherever some logit of a row lies above it, but a row whose every
+    logit lies below it sums to exp(-huge) = 0."""
+
+    def empty(self, problem, rows, sink):
+        m, total, acc = super().empty(problem, rows, sink)
+        return (torch.full_like(m, -5e4) if sink is None else m), total, acc
+
+
+def as_if_contiguous(x: torch.Tensor) -> torch.Tensor:
+    """x's memory read with the strides of a contiguous tensor of its shape."""
+    strides = [1] * x.dim()
+    for axis in range(x.dim() - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * x.shape[axis + 1]
+    return x.as_strided(x.shape, strides, x.storage_offset())
+
+
+class StridesIgnored(FlashReference):
+    """q, k and v read as if they were contiguous, as a Triton kernel that computes its offsets from
+    the shapes and never reads the strides: right on contiguous inputs, garbage on the transposed views
+    model code hands attention."""
+
+    def prepare(self, q, k, v, sinks, causal, window, scale):
+        q, k, v = (as_if_contiguous(t) for t in (q, k, v))
+        return super().prepare(q, k, v, sinks, causal, window, scale)
 
 
 class NoRunningMax(FlashReference):
@@ -185,13 +213,14 @@ class Bug:
     says: str
 
 
-BOUNDARY, STATISTICS, MASKS, RANGE, DECODE, GQA = (
+BOUNDARY, STATISTICS, MASKS, RANGE, DECODE, GQA, LAYOUT = (
     "block boundaries",
     "running statistics",
     "masks through blocks",
     "numerical range",
     "the decode path",
     "GQA indexing",
+    "memory layout",
 )
 LENGTHS = "test_lengths_around_the_block_sizes_match_the_oracle"
 RANGE_TEST = "test_logits_far_beyond_exps_range_match_the_oracle"
@@ -210,7 +239,9 @@ BUGS = {
         SumNotRescaled, STATISTICS, "test_values_constant", "values constant over the keys"
     ),
     "MAX_STARTS_AT_ZERO": Bug(MaxStartsAtZero, RANGE, RANGE_TEST, "all sit near -"),
+    "MAX_STARTS_AT_A_SENTINEL": Bug(MaxStartsAtASentinel, RANGE, RANGE_TEST, "all sit near -98304"),
     "NO_RUNNING_MAX": Bug(NoRunningMax, RANGE, RANGE_TEST, "non-finite output"),
+    "STRIDES_IGNORED": Bug(StridesIgnored, LAYOUT, LENGTHS, "reads its inputs as if they were contiguous"),
     "DIAGONAL_MASKED_IN_LAST_BLOCK_ONLY": Bug(
         DiagonalMaskedInLastBlockOnly, MASKS, "test_a_causal_diagonal_inside", "the causal diagonal"
     ),
@@ -236,3 +267,6 @@ def broken(name: str, bugs=None) -> Target:
 
 for _name in BUGS:
     globals()[_name] = broken(_name)
+
+# the same kernel, declaring what it needs: it gets contiguous inputs, on which it is right
+STRIDES_IGNORED_DECLARED = replace(broken("STRIDES_IGNORED"), needs_contiguous=True)

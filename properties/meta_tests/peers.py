@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from attnspec.properties.adapters import torch_sdpa
+from attnspec.properties.memory_layouts import as_given
 from attnspec.properties.meta_tests import broken_kernels, broken_targets
 from attnspec.properties.meta_tests.test_zoo import KERNELS as ZOO_KERNELS
 from attnspec.properties.targets import Target, load
@@ -99,11 +100,13 @@ SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", t
 
 def _call(target: Target, q, k, v, *, causal=True, window=None, sinks=None):
     """The output of one call as the protocol makes it (every keyword passed, clones of the inputs, so
-    a target that writes into them cannot change another case)."""
+    a target that writes into them cannot change another case), on contiguous inputs, as the peers
+    hand them (not in the kit's memory layouts: memory_layouts.py)."""
     sinks = None if sinks is None else sinks.clone()
-    return target.attention(
-        q.clone(), k.clone(), v.clone(), causal=causal, window=window, sinks=sinks, scale=None
-    )
+    with as_given():
+        return target.attention(
+            q.clone(), k.clone(), v.clone(), causal=causal, window=window, sinks=sinks, scale=None
+        )
 
 
 @contextmanager

@@ -32,3 +32,9 @@ def test_each_broken_kernel_fails_and_says_what_broke(name):
     target = f"attnspec.properties.meta_tests.broken_kernels:{name}"
     done = run_properties(target, "-k", bug.caught_by, profile="mutation", selection=[KERNELS])
     assert_fails_saying(done, bug.says, name)
+
+
+def test_a_kernel_that_needs_contiguous_inputs_and_declares_it_passes():
+    target = "attnspec.properties.meta_tests.broken_kernels:STRIDES_IGNORED_DECLARED"
+    done = run_properties(target, "-k", BUGS["STRIDES_IGNORED"].caught_by, selection=[KERNELS])
+    assert_passes(done)
