@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.cli import split_command
+from attnspec.mutation.watch import interrupted
 from attnspec.parallel import Parallel, default_jobs
 from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
@@ -362,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     command: list[str] = []
     if argv[:1] == ["mutate"]:  # the test command follows `--`, with options of its own
         argv, command = split_command(argv)
+        # SIGTERM while the campaign is planned is an interrupt, as it is later (exit code 130); the
+        # temporary folder is found first: finding it writes and removes a probe file, which an
+        # interrupt in between would leave behind
+        tempfile.gettempdir()
+        signal.signal(signal.SIGTERM, interrupted)
     main_parser = parser()
     args, unknown = main_parser.parse_known_args(argv)
     if unknown:
@@ -373,7 +379,12 @@ def main(argv: list[str] | None = None) -> int:
             args.parser.error(error)
         main_parser.error(error)
     args.command_after_dashes = command
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # before the command's own handling of it began
+        print("\ninterrupted: nothing was left behind", file=sys.stderr)
+        return 130 if args.command == "mutate" else NOT_CHECKED
+
 
 
 if __name__ == "__main__":

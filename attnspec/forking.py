@@ -98,19 +98,39 @@ class Forked:
         return self.returncode
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent(parent: int) -> None:
+    """Where the platform allows (Linux), this process gets SIGTERM when ``parent`` dies, even by
+    SIGKILL (prctl PR_SET_PDEATHSIG); it exits now if ``parent`` is already gone."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # no prctl here: a process group is all the caller has
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def start(argv: list[str], cwd: str | Path, env: dict[str, str], log: Path) -> Forked:
     """``python -m MODULE ARGS`` forked into a session of its own (like ``start_new_session``), its
     standard output and error to ``log``, its input empty.  Returns once the session exists, so that
-    the caller can stop the child's whole process group at any time."""
+    the caller can stop the child's whole process group at any time.  The child gets SIGTERM when
+    the caller dies (die_with_parent), however it dies."""
     sys.stdout.flush()
     sys.stderr.flush()
     ready, started = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 1
         try:
             os.close(ready)
             os.setsid()
+            die_with_parent(parent)
             os.close(started)  # the parent's read ends: the session exists
             out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             for fd in (1, 2):

@@ -16,12 +16,23 @@ import sys
 import time
 from pathlib import Path
 
-from attnspec.mutation.generators.mutmut_operators import read_mutants
-from attnspec.mutation.reports.outputs import MergeError, merge, publish
-from attnspec.mutation.triage import TriageError, from_file
+try:
+    from attnspec.mutation.generators.mutmut_operators import read_mutants
+    from attnspec.mutation.reports.outputs import MergeError, merge, publish
+    from attnspec.mutation.triage import TriageError, from_file
 
-from . import conformance
-from .campaign import REPO_ROOT, TRIAGE_FILE, Campaign, CampaignError, run_campaign, workspace
+    from . import conformance
+    from .campaign import REPO_ROOT, TRIAGE_FILE, Campaign, CampaignError, run_campaign, workspace
+except ModuleNotFoundError as missing:  # a venv without the mutation extra: one line, before any argument
+    package = (missing.name or "").partition(".")[0]
+    if package not in ("mutmut", "libcst", "jsonschema", "matplotlib"):
+        raise
+    print(
+        f"NOT RUN: python -m mutants needs {package}, of the mutation extra: "
+        "pip install -e '.[mutation]' (tox -e mutation installs it)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def write_report(campaign: Campaign, results: dict, min_strength: float | None) -> int:

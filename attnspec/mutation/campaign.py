@@ -23,6 +23,7 @@ The campaigns on code outside impl/ all run here, on the one engine:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -33,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,6 +142,14 @@ def file_source(file: str, cwd: Path) -> Source:
     path = (cwd / file).resolve()
     if not path.is_file() or path.suffix != ".py":
         raise CampaignError(f"{file}: no such file, or not a Python file")
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as error:  # ValueError: a null byte
+        where = f":{error.lineno}" if isinstance(error, SyntaxError) and error.lineno else ""
+        said = error.msg if isinstance(error, SyntaxError) else str(error)
+        raise CampaignError(f"{file}{where}: {said}: a source must compile to be mutated") from None
+    except UnicodeDecodeError as error:
+        raise CampaignError(f"{file}: not UTF-8 text ({error.reason})") from None
     module, root = importable_name(path)
     shown = os.path.relpath(path, cwd) if path.is_relative_to(cwd) else module.replace(".", "/") + ".py"
     return Source(module, path, None, Path(shown).as_posix(), root)
@@ -430,8 +441,54 @@ def catalogue_fingerprint() -> str:
 
 def run(settings: Settings) -> int:
     """One campaign; its gate's exit status (0 passed, 1 failed).  Raises CampaignError when it
-    cannot run, KeyboardInterrupt when interrupted (the workspace is removed either way)."""
+    cannot run (its reports' folder cannot be written, or another campaign writes there now: both
+    found before anything runs), KeyboardInterrupt when interrupted (the workspace is removed either
+    way)."""
     started = time.monotonic()
+    home = writable_home(settings.out_dir)
+    with one_campaign_in(home, settings.out_dir):
+        return _run(settings, started)
+
+
+def writable_home(out_dir: Path) -> Path:
+    """The folder out_dir is (or will be) made in: its nearest existing ancestor, or itself; a
+    CampaignError when no file can be written there (read-only, not a folder, no permission)."""
+    home = out_dir
+    while not home.exists() and home != home.parent:
+        home = home.parent
+    try:
+        if not home.is_dir():
+            raise NotADirectoryError(f"{home} is not a folder")
+        probe = tempfile.NamedTemporaryFile(dir=home, prefix=".attnspec-probe-")
+        probe.close()
+    except OSError as error:
+        why = error.strerror or str(error)
+        raise CampaignError(
+            f"the reports cannot be written into {out_dir}: {why} (give --out a writable folder)"
+        ) from None
+    return home
+
+
+@contextmanager
+def one_campaign_in(home: Path, out_dir: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``home`` (flock on the folder itself: nothing is written) while the
+    campaign runs: a second campaign that would write the same reports refuses at once.  The engine,
+    forked, holds it too, until it ends."""
+    fd = os.open(home, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CampaignError(
+                f"another attnspec mutate is running in {home} and would write the same reports "
+                f"({out_dir}): wait for it to end, or give this one --out with another folder"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(settings: Settings, started: float) -> int:
     mutants, functions, context, texts = plan_mutants(settings)
     files = ", ".join(
         s.shown + ("" if s.only is None else f" ({len(s.only)} functions)") for s in settings.sources
@@ -444,9 +501,13 @@ def run(settings: Settings) -> int:
     faults = ", ".join(f.id for f in FAULTS if any(m.fault == f.id for m in mutants))
     scope = f" (functions changed since {settings.since})" if settings.since else ""
     print(f"{settings.name}: {len(mutants)} catalogue mutants of {faults} in {files}{scope}", flush=True)
-    workspace = Path(tempfile.mkdtemp(prefix="attnspec-mutate-"))
     previous = signal.signal(signal.SIGTERM, interrupted)
+    # the workspace is made with interrupts held back until the try below owns it: one that came in
+    # between would leave it behind
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    workspace = Path(tempfile.mkdtemp(prefix="attnspec-mutate-"))
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         write_plan(settings, workspace, mutants, functions, context)
         plan = json.loads((workspace / "plan.json").read_text())
         watch = Watch(workspace, started)

@@ -38,7 +38,12 @@ def from_file(path: Path, target: str | None = None) -> dict[str, dict]:
     name its targets)."""
     if not path.exists():
         return {}
-    entries = tomllib.loads(path.read_text(encoding="utf-8")).get("survivor", [])
+    try:
+        entries = tomllib.loads(path.read_text(encoding="utf-8")).get("survivor", [])
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise TriageError(f"{path}: not a valid TOML triage file: {error}") from None
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise TriageError(f"{path}: [[survivor]] entries expected, each a table (mutant, reason)")
     needed = ("target", "mutant", "reason") if target is not None else ("mutant", "reason")
     for entry in entries:
         if not all(entry.get(key) for key in needed):

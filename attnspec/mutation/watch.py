@@ -64,6 +64,7 @@ class Watch:
         last_print, last_phase = 0.0, ""
         while process.poll() is None:
             time.sleep(POLL_S)
+            raise_if_interrupted()
             progress = self.read_progress()
             if self.tests_started is None and progress and progress["phase"] == "testing mutants":
                 self.tests_started = time.monotonic()
@@ -88,6 +89,7 @@ class Watch:
         ``fork``: forked from this process (attnspec/forking.py: no new interpreter to start, but the
         hash seed stays this one's) rather than a new interpreter."""
         process: subprocess.Popen | Forked
+        raise_if_interrupted()
         if fork:
             process = forking.start(command, cwd or Path.cwd(), env, log)
         else:
@@ -120,8 +122,20 @@ def stop(process: subprocess.Popen | Forked) -> None:
             continue
 
 
+INTERRUPTED: list[int] = []  # the signals that asked this process to stop
+
+
 def interrupted(signum: int, frame: object) -> None:
+    """A signal handler: the signal is an interrupt.  It is also kept, since Python swallows an
+    exception raised where a handler happens to run inside a callback (an at-fork hook: logging's
+    lock release); follow() raises it again."""
+    INTERRUPTED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def raise_if_interrupted() -> None:
+    if INTERRUPTED:
+        raise KeyboardInterrupt(f"signal {INTERRUPTED[-1]}")
 
 
 def log_tail(log: Path, lines: int = 40) -> str:

@@ -242,6 +242,30 @@ def test_it_cannot_run_when_the_tests_fail_unmutated_or_nothing_can_be_mutated(t
     assert not (tmp_path / "attnspec-mutation").exists()
 
 
+TRIAGED = ("tiny.py", "--triage", "t.toml")
+
+
+@pytest.mark.parametrize(
+    "files, args, said",
+    [
+        ({"broken.py": "def f(x:\n    return x\n"}, ["broken.py"], "broken.py:1: "),
+        ({"nul.py": "x = 1\0\n"}, ["nul.py"], "nul.py: "),
+        ({"t.toml": "[[survivor]\n"}, [*TRIAGED], "t.toml: not a valid TOML triage file"),
+        ({"t.toml": "survivor = 3\n"}, [*TRIAGED], "t.toml: [[survivor]] entries expected"),
+    ],
+    ids=["syntax error", "null byte", "malformed toml", "survivor not a table"],
+)
+def test_a_bad_source_or_triage_file_is_one_line_and_exit_2_before_anything_runs(tmp_path, files, args, said):
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "check.py").write_text(CHECK)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    done = mutate(tmp_path, tmp_path, *args, "--", sys.executable, "check.py")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"NOT RUN: {said}"), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
 def test_ctrl_c_leaves_nothing_behind(tmp_path):
     project = copy_project(tmp_path)
     tmp = tmp_path / "tmp"
@@ -270,10 +294,7 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     assert list(tmp.iterdir()) == []
     assert tree_digest(project) == before and not (project / "attnspec-mutation").exists()
     time.sleep(1)
-    leftovers = subprocess.run(
-        ["pgrep", "-f", f"attnspec.mutation.worker {tmp}"], capture_output=True, text=True
-    )
-    assert leftovers.stdout == ""
+    assert _engines(tmp) == ""
 
 
 def test_the_kit_grades_itself_on_a_users_file_from_the_same_command(tmp_path):
@@ -290,3 +311,82 @@ def test_the_kit_grades_itself_on_a_users_file_from_the_same_command(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "conformance campaign: toy_attention:attention" in done.stdout and "kill matrix" in done.stdout
+
+
+def test_sigterm_while_the_campaign_is_planned_is_an_interrupt(tmp_path):
+    project = copy_project(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", "attention.py", "--", "pytest", "tests"]
+    output = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, cwd=project, env=environment(tmp), **output)
+    assert process.stdout is not None
+    first = process.stdout.readline()  # the first line: the command is planning, no engine yet
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, first + output
+    assert "interrupted: nothing was left behind" in output, first + output
+    assert list(tmp.iterdir()) == [] and not (project / "attnspec-mutation").exists()
+
+
+def test_reports_that_cannot_be_written_or_a_second_campaign_in_the_folder_stop_before_anything_runs(
+    tmp_path,
+):
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "check.py").write_text(CHECK)
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+    into_a_file = ("--out", "notes.txt/reports")
+    done = mutate(tmp_path, tmp_path, "tiny.py", *into_a_file, "--", sys.executable, "check.py")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("NOT RUN: the reports cannot be written into ")
+    # a campaign that runs (its test command waits for a file), and a second one in the same folder
+    (tmp_path / "slow_check.py").write_text(
+        "import pathlib, time\nwhile not pathlib.Path('go').exists():\n    time.sleep(0.05)\n" + CHECK
+    )
+    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "1", "tiny.py", "--", sys.executable]
+    env = environment(tmp_path)
+    piped = dict(stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen([*command, "slow_check.py"], cwd=tmp_path, env=env, **piped)
+    assert first.stdout is not None
+    first.stdout.readline()  # planned: the lock is held
+    second = mutate(tmp_path, tmp_path, "tiny.py", "--", sys.executable, "check.py")
+    (tmp_path / "go").write_text("")
+    first.communicate(timeout=300)
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "NOT RUN: another attnspec mutate is running in " in second.stderr, second.stderr
+    assert first.returncode in (0, 1)  # the first ran to its verdict
+
+
+def test_sigkill_of_the_command_takes_its_engine_and_workspace_with_it(tmp_path):
+    project = copy_project(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", "attention.py", "--", "pytest", "tests"]
+    piped = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, cwd=project, env=environment(tmp), **piped)
+    assert process.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in process.stdout:
+        if line.startswith(("[clean run", "[testing mutants")) or time.monotonic() > deadline:
+            break
+    assert list(tmp.iterdir()), "no workspace while the engine runs"
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 30  # the engine hears of its parent's death, and cleans up
+    while time.monotonic() < deadline and (list(tmp.iterdir()) or _engines(tmp)):
+        time.sleep(0.2)
+    assert list(tmp.iterdir()) == [] and _engines(tmp) == "", _engines(tmp)
+
+
+def _engines(tmp: Path) -> str:
+    """The processes of this campaign still alive: every one of them (the command, its forked engine,
+    the test commands) has TMPDIR={tmp} in the environment it started with (a fork keeps the block)."""
+    marker = f"TMPDIR={tmp}".encode() + b"\0"
+    alive = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes() + b"\0":
+                alive.append(environ.parent.name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return " ".join(alive)

@@ -587,3 +587,17 @@ def test_siblings_share_their_row_of_the_kill_matrix_without_changing_it(tmp_pat
     f1 = sorted((spans[m]["start"], spans[m]["end"]) for m in "abc")
     assert all(end <= start for (_, end), (start, _) in zip(f1, f1[1:], strict=False)), f1
     assert any(spans["o1"]["start"] < end and start < spans["o1"]["end"] for start, end in f1)
+
+
+@pytest.mark.parametrize("missing", ["mutmut", "libcst"])
+def test_without_the_mutation_extra_the_main_job_says_so_in_one_line(missing):
+    # the package hidden from this interpreter, as in a venv installed without '.[mutation]'
+    hide = f"import sys, runpy; sys.modules[{missing!r}] = None; sys.argv[1:] = ['run']; "
+    hide += "runpy.run_module('mutants', run_name='__main__')"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", hide], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"NOT RUN: python -m mutants needs {missing}"), lines
