@@ -313,13 +313,21 @@ def test_the_kit_grades_itself_on_a_users_file_from_the_same_command(tmp_path):
     assert "conformance campaign: toy_attention:attention" in done.stdout and "kill matrix" in done.stdout
 
 
-def test_sigterm_while_the_campaign_is_planned_is_an_interrupt(tmp_path):
+def started_campaign(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen]:
+    """The example project's campaign, started with a temporary folder of its own: (the project, that
+    folder, the process, its output piped)."""
     project = copy_project(tmp_path)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", "attention.py", "--", "pytest", "tests"]
-    output = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    process = subprocess.Popen(command, cwd=project, env=environment(tmp), **output)
+    piped = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, cwd=project, env=environment(tmp), **piped)
+    assert process.stdout is not None
+    return project, tmp, process
+
+
+def test_sigterm_while_the_campaign_is_planned_is_an_interrupt(tmp_path):
+    project, tmp, process = started_campaign(tmp_path)
     assert process.stdout is not None
     first = process.stdout.readline()  # the first line: the command is planning, no engine yet
     process.send_signal(signal.SIGTERM)
@@ -358,12 +366,7 @@ def test_reports_that_cannot_be_written_or_a_second_campaign_in_the_folder_stop_
 
 
 def test_sigkill_of_the_command_takes_its_engine_and_workspace_with_it(tmp_path):
-    project = copy_project(tmp_path)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", "attention.py", "--", "pytest", "tests"]
-    piped = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    process = subprocess.Popen(command, cwd=project, env=environment(tmp), **piped)
+    _, tmp, process = started_campaign(tmp_path)
     assert process.stdout is not None
     deadline = time.monotonic() + 120
     for line in process.stdout:
