@@ -117,16 +117,15 @@ def _draws(item: pytest.Item) -> bool:
     a parametrisation in a dtype it does not declare (skips.require_dtype)."""
     import torch
 
-    from attnspec.properties.skips import needed_for
-    from attnspec.properties.targets import current
+    from attnspec.properties.skips import missing_for
 
     if not getattr(getattr(item, "function", None), "is_hypothesis_test", False):
         return False
     if item.get_closest_marker("skip"):
         return False
     params = getattr(item, "callspec", None)
-    dtypes = [value for value in (params.params.values() if params else ()) if isinstance(value, torch.dtype)]
-    return all(current().supports(needed_for(dtype)) for dtype in dtypes if needed_for(dtype))
+    values = params.params.values() if params else ()
+    return not any(missing_for(value) for value in values if isinstance(value, torch.dtype))
 
 
 def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:

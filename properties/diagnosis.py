@@ -18,6 +18,7 @@ import torch
 from attnspec.properties.conventions import (
     convention_mismatch,
     layer_convention_mismatch,
+    loosely_equal,
     rope_convention_mismatch,
 )
 from attnspec.properties.declared import declaration
@@ -116,17 +117,7 @@ def layout_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     strided = (heads_after_positions(t.to(device)) for t in (q, k, v))
     moved = {name: value.to(device) for name, value in keywords.items() if torch.is_tensor(value)}
     on_views = target.attention(*strided, **{**keywords, **moved})
-    tolerance = 1e-6 if dtype == torch.float64 else 1e-3
-    if _close(out, expected, tolerance) and not _close(on_views, expected, tolerance):
-        return LAYOUT
-    return None
-
-
-def _close(actual, expected: torch.Tensor, tolerance: float) -> bool:
-    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
-        return False
-    error = (actual.detach().cpu().double() - expected.double()).abs().max().item()
-    return error <= tolerance * max(1.0, expected.abs().max().item())
+    return LAYOUT if loosely_equal(out, expected) and not loosely_equal(on_views, expected) else None
 
 
 def _attention_call(target: Target, probe: Probe, device, dtype: torch.dtype):

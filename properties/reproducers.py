@@ -68,8 +68,8 @@ def raised_by_the_target(error: BaseException) -> bool:
 
 def refusal(target: targets.Target, error: BaseException) -> str | None:
     """For an error the target raised on an input: what it raised, on which call, and what to declare,
-    found by calling it again with that call changed in one respect at a time (``_RETRIES``); None for
-    any other error."""
+    found by calling it again with that call changed in one respect at a time (_what_to_declare);
+    None for any other error."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     if not raised_by_the_target(error) or not hasattr(error, "attnspec_call"):

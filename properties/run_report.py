@@ -159,6 +159,19 @@ def _plain(line: str) -> str:
     return re.sub(r"device=device\(type='\w+'(, index=\d+)?\),? ?", "", line)
 
 
+def _said_once(heading: str, said: list[tuple[str, str]]) -> list[str]:
+    """One line for each group of failures with the same key, from their (key, text) pairs in order:
+    ``heading``, how many properties the group has and its first text; then a blank line."""
+    groups: dict[str, list[str]] = {}
+    for key, text in said:
+        groups.setdefault(key, []).append(text)
+    lines = []
+    for texts in groups.values():
+        count = f"{len(texts)} propert{'y' if len(texts) == 1 else 'ies'}"
+        lines += [f"{heading} ({count}): {texts[0]}", ""]
+    return lines
+
+
 WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
 
 
@@ -293,26 +306,12 @@ class RunReport:
     def state_lines(self) -> list[str]:
         """The global state the target changed, one line for each change, however many properties
         saw it."""
-        by_change: dict[str, int] = {}
-        for failure in self.changed_state():
-            by_change[failure.state] = by_change.get(failure.state, 0) + 1
-        lines = []
-        for change, count in by_change.items():
-            properties = f"{count} propert{'y' if count == 1 else 'ies'}"
-            lines += [f"changed torch's global state ({properties}): {change}", ""]
-        return lines
+        return _said_once("changed torch's global state", [(f.state, f.state) for f in self.changed_state()])
 
     def refusal_lines(self) -> list[str]:
         """The target's refusals, one line for each thing to declare (the end of a refusal, after its
         last "; "), with its first case: not one line per property."""
-        by_advice: dict[str, list[Failure]] = {}
-        for failure in self.refused():
-            by_advice.setdefault(failure.refused.rpartition("; ")[2], []).append(failure)
-        lines = []
-        for failures in by_advice.values():
-            count = len(failures)
-            lines += [f"refused ({count} propert{'y' if count == 1 else 'ies'}): {failures[0].refused}", ""]
-        return lines
+        return _said_once("refused", [(f.refused.rpartition("; ")[2], f.refused) for f in self.refused()])
 
     def write_full(self, path: Path) -> None:
         """Every failure with pytest's whole report of it, in the collection's order."""

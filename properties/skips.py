@@ -16,17 +16,17 @@ from attnspec.properties.targets import current
 
 def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
     """Skip a parametrisation in a dtype the target does not declare, or the device cannot run."""
-    target = current()
-    needed = needed_for(dtype)
-    if needed and not target.supports(needed):
-        pytest.skip(lacks(target, needed))
+    missing = missing_for(dtype)
+    if missing:
+        pytest.skip(lacks(current(), missing))
     if dtype not in float_dtypes(device):
         pytest.skip(f"{dtype}: its matmul does not run on {device}")
 
 
-def needed_for(dtype: torch.dtype) -> str | None:
-    """The capability a target needs to be checked in ``dtype``: float32 needs none."""
-    return "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
+def missing_for(dtype: torch.dtype) -> str | None:
+    """The capability the target lacks to be checked in ``dtype`` (float32 needs none), or None."""
+    needed = "float64" if dtype == torch.float64 else "float16" if dtype in LOW_PRECISION else None
+    return needed if needed and not current().supports(needed) else None
 
 
 def second_device(device: torch.device) -> torch.device:
