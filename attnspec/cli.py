@@ -7,8 +7,12 @@ requirement ids, its test, the first line of its message) with the smallest case
 it failing on, instead of pytest's tracebacks (`--tb long` adds those), then the target's
 capability table and a one-line verdict.
 
-Exit codes: 0 every property the target can run passed; 1 a property failed; 2 the target could
-not be checked (it cannot be imported or called as the protocol says, nothing ran, bad arguments).
+The properties run in worker processes: a target that crashes, hangs (one call over --timeout) or
+exhausts memory (--max-memory) fails the property it did it in, and the check goes on to its verdict.
+
+Exit codes: 0 every property the target can run passed; 1 a property failed (a crash, a hang or a
+runaway allocation included); 2 the target could not be checked (it cannot be imported or called as
+the protocol says, nothing ran, bad arguments, the run was interrupted).
 
 `attnspec specs [-v]` prints the requirements and the tests that check them; `attnspec conventions`
 prints CONVENTIONS.md, the conventions and the target protocol the properties hold a target to;
@@ -31,7 +35,7 @@ import pytest
 
 from attnspec.mutation.cli import split_command
 from attnspec.mutation.watch import interrupted
-from attnspec.parallel import Parallel, default_jobs
+from attnspec.parallel import HANGS, TIMEOUT, Died, Parallel, default_jobs, default_memory
 from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
@@ -101,15 +105,20 @@ class _Check:
         of a test can be lost (inside a garbage collector's callback, which Hypothesis keeps, Python
         prints it as ignored and goes on, and the test may fail for it), and pytest's report of it can
         crash on a frame without a line number."""
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return  # ignored (a background job), or someone else's handler
 
         def interrupted(signum: int, frame: object) -> None:
             if session.shouldstop:
                 raise KeyboardInterrupt
-            session.shouldstop = "interrupted (Ctrl-C)"  # no message: the test's output is captured now
+            # no message: the test's output is captured now
+            session.shouldstop = "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"signal {signum}"
 
-        signal.signal(signal.SIGINT, interrupted)
+        # SIGTERM likewise (a CI job cancelled, `timeout`): the workers stop, the temporary folder goes
+        for signum, default in (
+            (signal.SIGINT, signal.default_int_handler),
+            (signal.SIGTERM, signal.SIG_DFL),
+        ):
+            if signal.getsignal(signum) is default:  # not ignored (a background job), nor someone else's
+                signal.signal(signum, interrupted)
 
 
 def _draws(item: pytest.Item) -> bool:
@@ -173,7 +182,9 @@ def check(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
     plugin = _Check(args.budget, args.jobs)
-    plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), Parallel(args.jobs)]
+    memory = default_memory(args.jobs) if args.max_memory is None else args.max_memory or None
+    isolation = Parallel(args.jobs, args.timeout, memory)
+    plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), isolation]
     failures = Path.cwd() / FAILURES
     _clear(failures)
     os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
@@ -198,7 +209,10 @@ def check(args: argparse.Namespace) -> int:
         if not target.supports("impl"):
             from attnspec.properties.diagnosis import target_diagnosis
 
-            diagnosis = target_diagnosis(target, args.device)
+            try:  # it calls the target: in a fork, as the properties did
+                diagnosis = isolation.in_a_fork(lambda: target_diagnosis(target, args.device))
+            except (Died, RuntimeError):
+                diagnosis = None
         if diagnosis:
             print(f"diagnosis: {diagnosis}\n")
         rerun = f"attnspec check {args.target}"
@@ -309,7 +323,23 @@ def parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=default_jobs(),
         help="processes the properties run in, forked once they are collected (default: one per "
-        f"usable core, at most 4: {default_jobs()} here; 1 runs them in this process, as -x does)",
+        f"usable core, at most 4: {default_jobs()} here); the check's own process only coordinates them",
+    )
+    run.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=TIMEOUT,
+        metavar="SECONDS",
+        help=f"the longest one call of the target may run before it counts as hung (default {TIMEOUT:g}); "
+        f"the check stops after {HANGS} hangs",
+    )
+    run.add_argument(
+        "--max-memory",
+        type=non_negative_float,
+        metavar="GIB",
+        help="address space each process of the check may take, so that a runaway allocation fails at "
+        f"once (default: three quarters of this machine's memory over the jobs, at least 4: "
+        f"{default_memory(default_jobs()) or 'none on this platform'} here; 0 for no cap)",
     )
     run.add_argument("-v", "--verbose", action="count", default=0, help="one line per test")
     run.add_argument(
@@ -350,6 +380,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of 0 or more, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -383,7 +420,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the command's own handling of it began
         print("\ninterrupted: nothing was left behind", file=sys.stderr)
         return 130 if args.command == "mutate" else NOT_CHECKED
-
 
 
 if __name__ == "__main__":

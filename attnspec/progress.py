@@ -102,9 +102,7 @@ def estimate(properties: int, examples: int, call: float, jobs: int) -> float:
     return properties * examples * seconds_per_example(call) / max(1, jobs)
 
 
-def examples_within(
-    budget: float, spent: float, properties: int, call: float, jobs: int, most: int
-) -> int:
+def examples_within(budget: float, spent: float, properties: int, call: float, jobs: int, most: int) -> int:
     """Examples a property that fit what is left of ``budget`` seconds after ``spent``: between 1 and
     ``most`` (the profile's)."""
     left = max(0.0, budget - spent)

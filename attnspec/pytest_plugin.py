@@ -12,7 +12,11 @@ its options, so `attnspec check` (pytest too) and the kit's own suite run as the
 
 ``--attnspec-profile`` (quick, default, ci, thorough: Hypothesis examples per property) and
 ``--attnspec-device`` are `attnspec check`'s --profile and --device; every property is marked
-``attnspec`` (``-m attnspec`` runs the kit alone, ``-m "not attnspec"`` your tests alone).
+``attnspec`` (``-m attnspec`` runs the kit alone, ``-m "not attnspec"`` your tests alone).  Your tests
+run first, in your process, as pytest runs them; the kit's then run in a worker process
+(attnspec/parallel.py), where a target that crashes, hangs (``--attnspec-timeout``, default 60 s a
+call) or exhausts memory fails the property it did it in, not your run (under pytest-xdist they run
+in xdist's workers, as yours do).
 
 How: the kit's folder becomes one more collector of the session (``KitProperties``, appended to what
 the session collected from your arguments or testpaths), which collects the kit's test files itself,
@@ -73,6 +77,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         "--attnspec-device",
         metavar="DEVICE",
         help="torch device the properties run on (default: $ATTNSPEC_DEVICE or cpu)",
+    )
+    group.addoption(
+        "--attnspec-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="the longest one call of the target may run before the kit's property it is in fails as "
+        "hung (default 60; the kit's properties run in a worker process, where a crash or a hang fails "
+        "the property instead of your run)",
     )
     parser.addini(INI, "the target of --attnspec for every run (--attnspec overrides it)", default="")
 
@@ -175,6 +187,14 @@ class KitSession:
         config.addinivalue_line(
             "markers", f"{MARKER}: a property of attnspec's kit (pytest --attnspec TARGET)"
         )
+        self.isolation = None
+        if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") == "no":
+            # pytest-xdist runs tests in processes of its own: there the kit's run where yours do
+            from attnspec.parallel import NAME, TIMEOUT, Parallel, default_memory
+
+            timeout = config.getoption("attnspec_timeout") or TIMEOUT
+            self.isolation = Parallel(1, timeout, default_memory(1), lambda item: _of_the_kit(item.nodeid))
+            config.pluginmanager.register(self.isolation, NAME)
         from attnspec.properties import targets
 
         # the kit's test modules, its strategies and its conftest read the target from there
@@ -196,7 +216,7 @@ class KitSession:
         import torch
 
         from attnspec.properties import targets
-        from attnspec.properties.target_checks import load_problem, target_problems
+        from attnspec.properties.target_checks import load_problem, probed
 
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise pytest.UsageError(
@@ -216,7 +236,7 @@ class KitSession:
         finally:
             if added:
                 sys.path.remove(here)
-        problems = target_problems(target, self.device)
+        problems = probed(target, self.device, self.isolation)[0]
         if problems:
             raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
         return target

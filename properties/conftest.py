@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,15 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from attnspec.parallel import NAME as ISOLATION
 from attnspec.properties import global_state, reproducers, targets
 from attnspec.properties.conventions import TERSE
 from attnspec.properties.diagnosis import target_diagnosis
 from attnspec.properties.laws import law_problem
 from attnspec.properties.patching import recorded_calls
 from attnspec.properties.run_report import NAME as RUN_REPORT
-from attnspec.properties.run_report import WARM_UP, RunReport, lacks, short_test_name
-from attnspec.properties.target_checks import load_problem, target_problems
+from attnspec.properties.run_report import RunReport, lacks, short_test_name
+from attnspec.properties.target_checks import load_problem, probed
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, SESSION
 from attnspec.specs import REQUIREMENTS
 
@@ -115,15 +115,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Under mutation (mutmut, the kill matrix) the properties grade impl's mutants: a usage error here
     # would turn a kill into pytest's exit code 4, which mutmut counts as "suspicious".
     report = config.pluginmanager.get_plugin(RUN_REPORT)
-    started = time.perf_counter()
-    problems = [] if os.environ.get("MUTANT_UNDER_TEST") else target_problems(target, device)
-    # what one call costs, for `attnspec check`'s estimate and --budget: a slow first call may be a
-    # warm-up (eager FlexAttention: 1 s, then milliseconds), so it is timed again
-    report.first_call = report.call = time.perf_counter() - started
-    if report.first_call > WARM_UP and not problems:
-        started = time.perf_counter()
-        target_problems(target, device)
-        report.call = time.perf_counter() - started
+    problems: list[str] = []
+    if not os.environ.get("MUTANT_UNDER_TEST"):
+        isolation = config.pluginmanager.get_plugin(ISOLATION)
+        problems, report.first_call, report.call = probed(target, device, isolation)
     if problems:
         raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
 
@@ -238,9 +233,14 @@ def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.T
     check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test against the oracle,
     saved as a script that replays it: the report carries the script's path, the call in words, its
     wrong rows and its size (``attnspec_reproducer``: they travel between processes).  A change of
-    torch's global state is said in one line too (``attnspec_state``)."""
+    torch's global state is said in one line too (``attnspec_state``), and so is memory the target
+    exhausted (``attnspec_process``)."""
     if call.excinfo is not None and isinstance(call.excinfo.value, global_state.ChangedGlobalState):
         report.attnspec_state = str(call.excinfo.value)
+        return
+    exhausted = reproducers.out_of_memory(call.excinfo.value) if call.excinfo is not None else None
+    if exhausted:
+        report.attnspec_process = exhausted
         return
     if target.attention is None:
         return

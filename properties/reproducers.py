@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from attnspec.properties import targets
+from attnspec.properties import in_flight, targets
 from attnspec.properties.memory_layouts import as_given, layout_of
 from attnspec.properties.pytest_helpers import Conditioning
 from attnspec.properties.references import declared_attention
@@ -40,12 +40,20 @@ def recorded(attention: Callable) -> Callable:
     def recording(*args, **kwargs):
         CALLS.append((args, kwargs))
         try:
-            return attention(*args, **kwargs)
+            with in_flight.watched(lambda: in_words(args, kwargs)):  # for a crash or a hang
+                return attention(*args, **kwargs)
         except Exception as error:  # the call it raised on travels with it (refusal)
             error.attnspec_call = (args, kwargs)  # type: ignore[attr-defined]
             raise
 
     return recording
+
+
+def in_words(args: tuple, kwargs: dict) -> str:
+    """A call of the target in words: as ``described`` says it where it is (q, k, v)."""
+    if len(args) == 3 and all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in args):
+        return described({"q": args[0], "k": args[1], "v": args[2], "keywords": kwargs})
+    return f"attention({', '.join([*map(in_flight.brief, args), *map(in_flight.brief, kwargs.values())])})"
 
 
 def forget() -> None:
@@ -64,6 +72,34 @@ def raised_by_the_target(error: BaseException) -> bool:
             return True
         frame = frame.tb_next
     return False
+
+
+GIB = 2**30
+OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")  # torch's allocators say
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """For an allocation that failed in a property: what was asked for, under which cap, on which call
+    of the target (a runaway allocation is a failure of the target, not an input it refuses); None for
+    any other error."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    text = str(error)
+    if not (isinstance(error, MemoryError) or any(words in text for words in OUT_OF_MEMORY)):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text)
+    words = f"it asked for {int(asked.group(1)) / GIB:.1f} GiB" if asked else f"{type(error).__name__}"
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, AttributeError):
+        cap = -1
+    if cap > 0:
+        words += f" (a process of the check may take {cap / GIB:.1f} GiB: --max-memory)"
+    call = getattr(error, "attnspec_call", None)
+    on = f" on {in_words(*call)}" if call else ""
+    return f"the target exhausted memory: {words}{on}"
 
 
 def refusal(target: targets.Target, error: BaseException) -> str | None:

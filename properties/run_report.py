@@ -114,10 +114,13 @@ class Failure:
     full: str = ""  # pytest's whole report of it
     refused: str = ""  # an error the target raised on an input, and what to declare (reproducers.refusal)
     state: str = ""  # the global state the target changed (global_state.py)
+    # what the target did to the process it ran in: crashed or ended it, hung, exhausted its memory
+    # (attnspec/parallel.py, conftest.py), and on which call
+    process: str = ""
 
     def set_aside(self) -> bool:
         """Whether it is said in a line of its own, not as a broken requirement."""
-        return bool(self.refused or self.state)
+        return bool(self.refused or self.state or self.process)
 
     def lines(self) -> list[str]:
         where = "" if self.when == "call" else f" (error in {self.when})"
@@ -159,6 +162,19 @@ def _plain(line: str) -> str:
     return re.sub(r"device=device\(type='\w+'(, index=\d+)?\),? ?", "", line)
 
 
+def _process_in_brief(process: str) -> str:
+    """What the target did to its process, for the verdict: "crashes the process", "hangs"..."""
+    for start, verb in (
+        ("the target crashed", "crashes the process"),
+        ("the target ended", "ends the process"),
+        ("the target hung", "hangs"),
+        ("the target exhausted", "exhausts memory"),
+    ):
+        if process.startswith(start):
+            return verb
+    return "breaks its process"
+
+
 def _said_once(heading: str, said: list[tuple[str, str]]) -> list[str]:
     """One line for each group of failures with the same key, from their (key, text) pairs in order:
     ``heading``, how many properties the group has and its first text; then a blank line."""
@@ -172,15 +188,13 @@ def _said_once(heading: str, said: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
-
-
 class RunReport:
     def __init__(self) -> None:
         self.passed = 0
         self.failed_tests = 0
         self.skipped = 0
         self.skipped_for: Counter[str] = Counter()  # capability -> tests skipped for its absence
+        self.not_run = 0  # tests left when the check stopped for a target that hangs (attnspec/parallel.py)
         self.no_second_device = 0  # tests skipped for want of a device (skips.second_device)
         self.failures: list[Failure] = []  # in the order they failed
         self.order: dict[str, int] = {}  # node id -> its place in the collection
@@ -239,6 +253,7 @@ class RunReport:
                 report.longreprtext,
                 getattr(report, "attnspec_refused", ""),
                 getattr(report, "attnspec_state", ""),
+                getattr(report, "attnspec_process", ""),
             )
             self.failures.append(failure)
             self.places.append(self.order.get(report.nodeid, len(self.order)))
@@ -260,7 +275,7 @@ class RunReport:
         in_order = [f for f in self._in_order() if not f.set_aside()]
         broken = {rid for failure in in_order for rid in failure.requirements}
         ordered = [rid for rid in REQUIREMENTS if rid in broken] + sorted(broken - set(REQUIREMENTS))
-        lines = self.state_lines() + self.refusal_lines()
+        lines = self.process_lines() + self.state_lines() + self.refusal_lines()
         used: set[int] = set()
         shown = ordered if limit is None else ordered[:limit]
         for rid in shown:
@@ -290,18 +305,37 @@ class RunReport:
     def changed_state(self) -> list[Failure]:
         return [failure for failure in self._in_order() if failure.state]
 
+    def broke_the_process(self) -> list[Failure]:
+        return [failure for failure in self._in_order() if failure.process]
+
     def broken(self) -> list[str]:
         """The requirements a failure that is no refusal nor a change of global state breaks."""
-        return sorted({
-            rid
-            for f in self.failures
-            if not f.set_aside()
-            for rid in f.requirements or ["(no requirement)"]
-        })
+        return sorted(
+            {
+                rid
+                for f in self.failures
+                if not f.set_aside()
+                for rid in f.requirements or ["(no requirement)"]
+            }
+        )
 
     def failed(self) -> bool:
-        """Whether the target is broken: a requirement, or torch's global state left changed."""
-        return bool(self.broken() or self.changed_state())
+        """Whether the target is broken: a requirement, torch's global state left changed, or the
+        process it ran in crashed, hung or ran out of memory."""
+        return bool(self.broken() or self.changed_state() or self.broke_the_process())
+
+    def process_lines(self) -> list[str]:
+        """What the target did to the process it ran in, one line for each way (the message before
+        its call, " on ..."), with its first call."""
+        groups: dict[str, list[str]] = {}
+        for failure in self.broke_the_process():
+            what, _, case = failure.process.partition(" on ")
+            groups.setdefault(what, []).append(case)
+        lines = []
+        for what, cases in groups.items():
+            count = f"{len(cases)} propert{'y' if len(cases) == 1 else 'ies'}"
+            lines += [f"{what} ({count}), first on {cases[0]}" if cases[0] else f"{what} ({count})", ""]
+        return lines
 
     def state_lines(self) -> list[str]:
         """The global state the target changed, one line for each change, however many properties
@@ -364,8 +398,11 @@ class RunReport:
         refused = len(self.refused())
         counts = f"{self.failed_tests - refused} failed, {self.passed} passed, {self.skipped} skipped"
         counts += f", {refused} refused" if refused else ""
+        counts += f", {self.not_run} not run" if self.not_run else ""
         if self.failed():
-            what = ["changes torch's global state"] if self.changed_state() else []
+            what = [_process_in_brief(f.process) for f in self.broke_the_process()]
+            what = list(dict.fromkeys(what))
+            what += ["changes torch's global state"] if self.changed_state() else []
             what += [f"breaks {', '.join(self.broken())}"] if self.broken() else []
             return f"FAIL: --impl {target.name} {' and '.join(what)} ({counts}{under})"
         if refused:

@@ -7,6 +7,7 @@ A target that cannot even be loaded (its module does not import) gets one line t
 from __future__ import annotations
 
 import sysconfig
+import time
 import traceback
 from pathlib import Path
 
@@ -58,6 +59,38 @@ def _raised_at(frames: traceback.StackSummary) -> str | None:
         return None
     frame = (own or outside)[-1]
     return f"{frame.filename}, line {frame.lineno}"
+
+
+WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
+
+
+def first_calls(target: Target, device: torch.device | str = "cpu") -> tuple[list[str], float, float]:
+    """``target_problems``, and what the first call and a warm one cost (for `attnspec check`'s
+    estimate and --budget): a slow first call may be a warm-up (eager FlexAttention: 1 s, then
+    milliseconds), so it is timed again."""
+    started = time.perf_counter()
+    problems = target_problems(target, device)
+    first = call = time.perf_counter() - started
+    if first > WARM_UP and not problems:
+        started = time.perf_counter()
+        target_problems(target, device)
+        call = time.perf_counter() - started
+    return problems, first, call
+
+
+def probed(
+    target: Target, device: torch.device | str, isolation: object | None
+) -> tuple[list[str], float, float]:
+    """``first_calls`` in a forked probe where the run isolates the target (attnspec/parallel.py), so
+    that a target that crashes or hangs on its first call is told so in one line."""
+    if isolation is None:
+        return first_calls(target, device)
+    from attnspec.parallel import Died
+
+    try:
+        return isolation.in_a_fork(lambda: first_calls(target, device))  # type: ignore[attr-defined]
+    except Died as died:
+        return [f"--impl {target.name}: its first call, attention(q, k, v, {CALL}), {died}"], 0.0, 0.0
 
 
 def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:

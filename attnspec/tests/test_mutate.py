@@ -8,7 +8,6 @@ inline triage, and the reports (Stryker schema, JUnit, GitHub annotations).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,19 +23,11 @@ import jsonschema
 import pytest
 
 from attnspec.mutation.generators.catalogue import FAULTS
-from attnspec.properties.meta_tests.kit_runs import run_module
+from attnspec.properties.meta_tests.kit_runs import alive_with, run_module, tree_digest
 from mutants.tests.test_machinery import check_stryker_shape, stryker_schema  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "examples" / "user_project"
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def copy_project(where: Path) -> Path:
@@ -294,7 +285,7 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     assert list(tmp.iterdir()) == []
     assert tree_digest(project) == before and not (project / "attnspec-mutation").exists()
     time.sleep(1)
-    assert _engines(tmp) == ""
+    assert alive_with(tmp) == ""
 
 
 def test_the_kit_grades_itself_on_a_users_file_from_the_same_command(tmp_path):
@@ -376,20 +367,6 @@ def test_sigkill_of_the_command_takes_its_engine_and_workspace_with_it(tmp_path)
     process.kill()
     process.communicate(timeout=60)
     deadline = time.monotonic() + 30  # the engine hears of its parent's death, and cleans up
-    while time.monotonic() < deadline and (list(tmp.iterdir()) or _engines(tmp)):
+    while time.monotonic() < deadline and (list(tmp.iterdir()) or alive_with(tmp)):
         time.sleep(0.2)
-    assert list(tmp.iterdir()) == [] and _engines(tmp) == "", _engines(tmp)
-
-
-def _engines(tmp: Path) -> str:
-    """The processes of this campaign still alive: every one of them (the command, its forked engine,
-    the test commands) has TMPDIR={tmp} in the environment it started with (a fork keeps the block)."""
-    marker = f"TMPDIR={tmp}".encode() + b"\0"
-    alive = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker in environ.read_bytes() + b"\0":
-                alive.append(environ.parent.name)
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return " ".join(alive)
+    assert list(tmp.iterdir()) == [] and alive_with(tmp) == "", alive_with(tmp)

@@ -326,3 +326,45 @@ def test_a_users_test_that_leaks_global_state_cannot_fail_a_correct_target(tmp_p
     assert ran[0] == "checks/check_leaks.py::check_inference_code_leaks_grad_mode_and_the_default_dtype", ran
     assert any("test_gradients" in test for test in ran[1:]), ran  # after the leak, and passed
     assert verdict(done).startswith("PASS: --impl toy:attention passed every property it can run")
+
+
+# a kernel that crashes the interpreter on calls of six queries or more (not on the kit's first call)
+SEGFAULTS = """
+import ctypes
+
+import toy
+
+
+def attention(q, k, v, **kwargs):
+    if q.shape[2] >= 6:
+        ctypes.string_at(0)
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+
+def test_a_target_that_crashes_fails_the_kits_properties_not_the_users_run(project: Path):
+    """The kit's properties run in a worker process: a segfault in the target fails the property it
+    happened in, and the run goes on to the user's summary and the kit's verdict."""
+    (project / "segfaults.py").write_text(SEGFAULTS)
+    selected = "check_ or test_matches_the_oracle or test_masked_weights_are_exactly_zero"
+    done = pytest_in(
+        project, "--attnspec", "segfaults:attention", "--attnspec-profile", "quick", "-k", selected
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Fatal Python error" not in done.stderr, done.stderr[-2000:]
+    assert re.search(r"the target crashed the process \(signal 11, SIGSEGV\) on B=\d+", done.stdout), (
+        done.stdout
+    )
+    assert re.fullmatch(
+        r"FAIL: --impl segfaults:attention crashes the process \(\d+ failed, \d+ passed, 0 skipped\)",
+        verdict(done),
+    )
+    assert re.search(r" \d+ failed, \d+ passed, \d+ deselected in ", done.stdout.splitlines()[-1]), (
+        done.stdout[-500:]
+    )
+    assert "3 passed" in done.stdout.splitlines()[-1] or re.search(
+        r"[1-9]\d* passed", done.stdout.splitlines()[-1]
+    )

@@ -18,6 +18,7 @@ environment as a fresh ``python -m pytest`` does (test_kit_runs.py compares the 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import signal
@@ -94,6 +95,30 @@ def users_env() -> dict[str, str]:
     env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("MUTANT_UNDER_TEST", None)
     return env
+
+
+def tree_digest(root: Path, but: str = "") -> dict[str, str]:
+    """Every file under ``root`` (but those under its folder ``but``) by its content's digest: a user's
+    files before and after a run, to compare."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not (but and p.relative_to(root).parts[0] == but) and "__pycache__" not in p.parts
+    }
+
+
+def alive_with(tmp: Path) -> str:
+    """The processes still alive that were started with TMPDIR={tmp} in their environment (a fork keeps
+    the block a new interpreter started with): the pids, or "" for none."""
+    marker = f"TMPDIR={tmp}".encode() + b"\0"
+    alive = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes() + b"\0":
+                alive.append(environ.parent.name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return " ".join(alive)
 
 
 def run_module(command: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
