@@ -33,9 +33,10 @@ from pathlib import Path
 
 import pytest
 
+from attnspec.arguments import non_negative_float, positive_float, positive_int
 from attnspec.mutation.cli import split_command
 from attnspec.mutation.watch import interrupted
-from attnspec.parallel import HANGS, TIMEOUT, Died, Parallel, default_jobs, default_memory
+from attnspec.parallel import HANGS, TIMEOUT, Died, Parallel, default_jobs, default_memory, usable_cores
 from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
@@ -181,10 +182,13 @@ def check(args: argparse.Namespace) -> int:
     # and few cycles (1.5 s of a default check went to collections, 0.9 s with this, on 2 cores).
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
-    plugin = _Check(args.budget, args.jobs)
-    memory = default_memory(args.jobs) if args.max_memory is None else args.max_memory or None
-    isolation = Parallel(args.jobs, args.timeout, memory)
+    jobs = min(args.jobs, 2 * usable_cores())  # more processes than that only share the same cores
+    plugin = _Check(args.budget, jobs)
+    memory = default_memory(jobs) if args.max_memory is None else args.max_memory or None
+    isolation = Parallel(jobs, args.timeout, memory)
     plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), isolation]
+    if args.junitxml:  # pytest would find out only once the run is over, with a traceback
+        _writable(Path(args.junitxml))
     failures = Path.cwd() / FAILURES
     _clear(failures)
     os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
@@ -255,6 +259,18 @@ def _clear(folder: Path) -> None:
                 path.unlink()
 
 
+def _writable(path: Path) -> None:
+    """Raise the OSError that writing ``path`` would raise, leaving nothing behind (a folder that does
+    not exist yet is pytest's to make)."""
+    if not path.parent.is_dir():
+        return
+    existed = path.exists()
+    with open(path, "a"):
+        pass
+    if not existed:
+        path.unlink()
+
+
 def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
@@ -323,7 +339,8 @@ def parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=default_jobs(),
         help="processes the properties run in, forked once they are collected (default: one per "
-        f"usable core, at most 4: {default_jobs()} here); the check's own process only coordinates them",
+        f"usable core, at most 4: {default_jobs()} here; at most twice the cores); the check's own process "
+        "only coordinates them",
     )
     run.add_argument(
         "--timeout",
@@ -373,27 +390,6 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of 0 or more, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
@@ -420,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the command's own handling of it began
         print("\ninterrupted: nothing was left behind", file=sys.stderr)
         return 130 if args.command == "mutate" else NOT_CHECKED
+    except OSError as error:  # a path of the user's it cannot use (too long, not writable, ...)
+        where = f": {str(error.filename)[:80]}" if error.filename else ""
+        print(f"{'NOT RUN' if args.command == 'mutate' else 'NOT CHECKED'}: {error.strerror or error}{where}")
+        return NOT_CHECKED
 
 
 if __name__ == "__main__":

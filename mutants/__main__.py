@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnspec.arguments import percentage, positive_int
+
 try:
     from attnspec.mutation.generators.mutmut_operators import read_mutants
     from attnspec.mutation.reports.outputs import MergeError, merge, publish
@@ -81,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a campaign and write reports/mutation-report.json")
     run.add_argument("--faults-only", action="store_true", help="only the catalogue operators (F1, F2, ...)")
-    run.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
+    run.add_argument(
+        "--max-children", type=positive_int, default=os.cpu_count() or 2, help="parallel mutant workers"
+    )
     run.add_argument(
         "--incremental",
         action="store_true",
@@ -90,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--shard", type=parse_shard, metavar="I/N", help="run shard I of N (merge them with `merge`)"
     )
-    run.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
+    run.add_argument(
+        "--min-strength", type=percentage, help="also fail when test strength (%%) is below this"
+    )
     run.add_argument(
         "--keep-workspace", action="store_true", help="keep the temporary workspace for debugging"
     )
@@ -108,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     merging = commands.add_parser("merge", help="merge the reports/ folders of a campaign's shards")
     merging.add_argument("reports", nargs="+", metavar="DIR", help="a shard's reports/ folder")
     merging.add_argument("--out", default="reports", help="where the merged reports go (default: reports)")
-    merging.add_argument("--min-strength", type=float, help="also fail when test strength (%%) is below this")
+    merging.add_argument(
+        "--min-strength", type=percentage, help="also fail when test strength (%%) is below this"
+    )
     commands.add_parser(
         "table", help="gather the conformance campaigns' tables into docs/explanation/conformance.md"
     )
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             triage = from_file(TRIAGE_FILE)
             return merge(args.reports, Path(args.out).resolve(), Path.cwd(), args.min_strength, triage)
-        except MergeError as error:
+        except (MergeError, OSError) as error:  # OSError: a folder it cannot read (a name too long, ...)
             print(f"merge failed: {error}", file=sys.stderr)
             return 2
     if args.target or args.source:

@@ -83,14 +83,21 @@ def probed(
 ) -> tuple[list[str], float, float]:
     """``first_calls`` in a forked probe where the run isolates the target (attnspec/parallel.py), so
     that a target that crashes or hangs on its first call is told so in one line."""
-    if isolation is None:
-        return first_calls(target, device)
     from attnspec.parallel import Died
 
     try:
+        if isolation is None:
+            return first_calls(target, device)
         return isolation.in_a_fork(lambda: first_calls(target, device))  # type: ignore[attr-defined]
     except Died as died:
         return [f"--impl {target.name}: its first call, attention(q, k, v, {CALL}), {died}"], 0.0, 0.0
+    except Exception as error:  # the kit could not even look at what came back (a --device meta, ...)
+        said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (
+            [f"--impl {target.name}: its first call on device {device} could not be checked: {said}"],
+            0.0,
+            0.0,
+        )
 
 
 def probe_shapes(target: Target) -> tuple[int, int, int, int, int, int, int]:

@@ -139,11 +139,16 @@ def adapter_sources(name: str) -> list[Source]:
 def file_source(file: str, cwd: Path) -> Source:
     """FILE as the module it is imported as: its dotted path from the first folder above it that
     is no package (no __init__.py), which is then put on the path."""
-    path = (cwd / file).resolve()
-    if not path.is_file() or path.suffix != ".py":
+    try:
+        path = (cwd / file).resolve()
+        readable = path.is_file() and path.suffix == ".py"
+        text = path.read_bytes() if readable else b""
+    except OSError as error:  # a name too long, a file it may not read
+        raise CampaignError(f"{file[:80]}: {error.strerror or error}") from None
+    if not readable:
         raise CampaignError(f"{file}: no such file, or not a Python file")
     try:
-        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        compile(text, str(path), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:  # ValueError: a null byte
         where = f":{error.lineno}" if isinstance(error, SyntaxError) and error.lineno else ""
         said = error.msg if isinstance(error, SyntaxError) else str(error)

@@ -28,6 +28,8 @@ import os
 import sys
 from pathlib import Path
 
+from attnspec.arguments import positive_int
+
 PASSED, FAILED, NOT_RUN, INTERRUPTED = 0, 1, 2, 130
 PYTEST = {"pytest", "py.test"}
 
@@ -61,7 +63,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     mutate.add_argument(
         "-j",
         "--workers",
-        type=int,
+        type=positive_int,
         default=os.cpu_count() or 2,
         help="mutants run in parallel (default: cores)",
     )

@@ -595,9 +595,7 @@ def test_without_the_mutation_extra_the_main_job_says_so_in_one_line(missing):
     hide = f"import sys, runpy; sys.modules[{missing!r}] = None; sys.argv[1:] = ['run']; "
     hide += "runpy.run_module('mutants', run_name='__main__')"
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", hide], cwd=root, capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, "-c", hide], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"NOT RUN: python -m mutants needs {missing}"), lines
