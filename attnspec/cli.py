@@ -101,8 +101,9 @@ class _Check:
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """The first Ctrl-C stops the run once the test it is in ends (session.shouldstop, which pytest
-        and --jobs check between tests), the second at once.  A KeyboardInterrupt raised in the middle
+        """The first Ctrl-C (or SIGTERM) stops the run: the workers at once (parallel.py checks
+        session.shouldstop as it waits for them), the check's own process between tests where the
+        properties run in it; the second stops it at once.  A KeyboardInterrupt raised in the middle
         of a test can be lost (inside a garbage collector's callback, which Hypothesis keeps, Python
         prints it as ignored and goes on, and the test may fail for it), and pytest's report of it can
         crash on a frame without a line number."""

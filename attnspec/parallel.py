@@ -351,10 +351,7 @@ class Parallel:
         running = self.workers[pid]
         chunk = os.read(running.read, 1 << 16)
         if not chunk:  # the worker ended
-            os.close(running.read)
-            del self.workers[pid]
-            self.free.append(running.slot)
-            _, status = os.waitpid(pid, 0)
+            status = self._reaped(pid)
             if status != 0:
                 self.died(session, running, status)
             return
@@ -417,11 +414,7 @@ class Parallel:
         workers stopped."""
         for pid, running in list(self.workers.items()):
             if running.stopped:  # killed: its test fails as any hang's does
-                _, status = os.waitpid(pid, 0)
-                os.close(running.read)
-                del self.workers[pid]
-                self.free.append(running.slot)
-                self.died(session, running, status)
+                self.died(session, running, self._reaped(pid))
             elif running.unit is not None:
                 self.not_run += len(self.work[running.unit]) - running.finished
         self.stop()
@@ -440,17 +433,22 @@ class Parallel:
                 "run (--timeout SECONDS gives each call longer)"
             )
 
+    def _reaped(self, pid: int) -> int:
+        """The wait status of worker ``pid``, which has ended or been killed; its pipe and slot freed."""
+        running = self.workers.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        os.close(running.read)
+        self.free.append(running.slot)
+        return status
+
     def stop(self) -> None:
         """End the workers that are still running (an interrupted or failed run)."""
-        for pid, running in self.workers.items():
+        for pid in list(self.workers):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            os.waitpid(pid, 0)
-            os.close(running.read)
-            self.free.append(running.slot)
-        self.workers.clear()
+            self._reaped(pid)
 
 
 def taken(take: int) -> Iterator[int]:

@@ -74,6 +74,13 @@ def raised_by_the_target(error: BaseException) -> bool:
     return False
 
 
+def first_error(error: BaseException) -> BaseException:
+    """Of several failures (an exception group, as Hypothesis raises for distinct ones), the first."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
 GIB = 2**30
 OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")  # torch's allocators say
 
@@ -82,8 +89,7 @@ def out_of_memory(error: BaseException) -> str | None:
     """For an allocation that failed in a property: what was asked for, under which cap, on which call
     of the target (a runaway allocation is a failure of the target, not an input it refuses); None for
     any other error."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
+    error = first_error(error)
     text = str(error)
     if not (isinstance(error, MemoryError) or any(words in text for words in OUT_OF_MEMORY)):
         return None
@@ -106,8 +112,7 @@ def refusal(target: targets.Target, error: BaseException) -> str | None:
     """For an error the target raised on an input: what it raised, on which call, and what to declare,
     found by calling it again with that call changed in one respect at a time (_what_to_declare);
     None for any other error."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
+    error = first_error(error)
     if not raised_by_the_target(error) or not hasattr(error, "attnspec_call"):
         return None
     args, kwargs = error.attnspec_call  # the call that raised (of several failures, the first's)

@@ -178,14 +178,23 @@ def _process_in_brief(process: str) -> str:
 def _said_once(heading: str, said: list[tuple[str, str]]) -> list[str]:
     """One line for each group of failures with the same key, from their (key, text) pairs in order:
     ``heading``, how many properties the group has and its first text; then a blank line."""
+    return [
+        line
+        for texts in _grouped(said).values()
+        for line in (f"{heading} ({_properties(len(texts))}): {texts[0]}", "")
+    ]
+
+
+def _grouped(said: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """The texts of (key, text) pairs by key, in the order the keys first come."""
     groups: dict[str, list[str]] = {}
     for key, text in said:
         groups.setdefault(key, []).append(text)
-    lines = []
-    for texts in groups.values():
-        count = f"{len(texts)} propert{'y' if len(texts) == 1 else 'ies'}"
-        lines += [f"{heading} ({count}): {texts[0]}", ""]
-    return lines
+    return groups
+
+
+def _properties(count: int) -> str:
+    return f"{count} propert{'y' if count == 1 else 'ies'}"
 
 
 class RunReport:
@@ -327,14 +336,11 @@ class RunReport:
     def process_lines(self) -> list[str]:
         """What the target did to the process it ran in, one line for each way (the message before
         its call, " on ..."), with its first call."""
-        groups: dict[str, list[str]] = {}
-        for failure in self.broke_the_process():
-            what, _, case = failure.process.partition(" on ")
-            groups.setdefault(what, []).append(case)
+        groups = _grouped([f.process.partition(" on ")[::2] for f in self.broke_the_process()])
         lines = []
         for what, cases in groups.items():
-            count = f"{len(cases)} propert{'y' if len(cases) == 1 else 'ies'}"
-            lines += [f"{what} ({count}), first on {cases[0]}" if cases[0] else f"{what} ({count})", ""]
+            first = f", first on {cases[0]}" if cases[0] else ""
+            lines += [f"{what} ({_properties(len(cases))}){first}", ""]
         return lines
 
     def state_lines(self) -> list[str]:
