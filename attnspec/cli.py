@@ -36,7 +36,16 @@ import pytest
 from attnspec.arguments import non_negative_float, positive_float, positive_int
 from attnspec.mutation.cli import split_command
 from attnspec.mutation.watch import interrupted
-from attnspec.parallel import HANGS, TIMEOUT, Died, Parallel, default_jobs, default_memory, usable_cores
+from attnspec.parallel import (
+    HANGS,
+    TIMEOUT,
+    Died,
+    Parallel,
+    default_jobs,
+    default_memory,
+    too_little_memory,
+    usable_cores,
+)
 from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
@@ -186,6 +195,9 @@ def check(args: argparse.Namespace) -> int:
     jobs = min(args.jobs, 2 * usable_cores())  # more processes than that only share the same cores
     plugin = _Check(args.budget, jobs)
     memory = default_memory(jobs) if args.max_memory is None else args.max_memory or None
+    if (cramped := too_little_memory(memory)) is not None:
+        print(f"NOT CHECKED: {cramped}")
+        return NOT_CHECKED
     isolation = Parallel(jobs, args.timeout, memory)
     plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), isolation]
     if args.junitxml:  # pytest would find out only once the run is over, with a traceback

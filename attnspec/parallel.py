@@ -47,6 +47,7 @@ TIMEOUT = 60.0  # seconds one call of the target may run (--timeout)
 HANGS = 3  # hangs after which the check stops running properties
 POLL = 0.25  # seconds between looks at the workers' calls in flight
 GIB = 2**30
+MEMORY_HEADROOM = 2.0  # GiB a worker may need beyond what it starts with, to run a test
 
 
 def usable_cores() -> int:
@@ -74,6 +75,34 @@ def default_memory(jobs: int) -> float | None:
     if not hasattr(resource, "RLIMIT_AS") or sys.platform == "darwin":  # macOS does not enforce it
         return None
     return max(4.0, round(0.75 * total / GIB / jobs, 1))
+
+
+def too_little_memory(memory: float | None) -> str | None:
+    """Why a cap of ``memory`` GiB would fail a worker before it calls the target (a worker starts with
+    the address space this process has, torch loaded, and needs some more to run a test:
+    MEMORY_HEADROOM), or None: no cap, or one that leaves room."""
+    import torch  # noqa: F401 - every worker has it
+
+    taken = address_space()
+    if memory is None or taken is None or memory * GIB >= taken + MEMORY_HEADROOM * GIB:
+        return None
+    least = (taken + MEMORY_HEADROOM * GIB) / GIB
+    return (
+        f"--max-memory {memory:g}: a process of the check takes {taken / GIB:.1f} GiB of address space "
+        f"before it calls the target; give at least {least:.1f} GiB, or 0 for no cap"
+    )
+
+
+def address_space() -> int | None:
+    """The bytes of address space this process takes (Linux: VmSize), or None where that is unknown."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def units(items: list[pytest.Item]) -> list[list[pytest.Item]]:

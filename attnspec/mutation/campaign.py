@@ -17,8 +17,9 @@ The campaigns on code outside impl/ all run here, on the one engine:
 3. the reports go to the output folder: mutation-report.json (Stryker schema) and index.html,
    mutation-summary.txt (also printed), junit.xml (one case per fault), annotations.txt (GitHub
    workflow commands, printed under GitHub Actions), mutation-results.json (what ``incremental``
-   reuses), and with the kit the kill matrix.  The workspace is removed, also on Ctrl-C; an
-   interrupted campaign writes no report.
+   reuses), and with the kit the kill matrix.  The workspace is removed, also on Ctrl-C (one left
+   by a campaign killed outright, engine and all, is removed by the next); an interrupted campaign
+   writes no report.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pathlib import Path
 from attnspec.pytest_plugin import importable_name
 
 from . import history
+from .engine import CLEAN_TIMEOUT_S
 from .generators.catalogue import FAULTS
 from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
 from .reports.annotations import annotations
@@ -54,6 +56,8 @@ from .triage import TriageError, inline
 from .watch import Watch, engine_env, interrupted, log_tail
 
 RESULTS = "mutation-results.json"
+WORKSPACE_PREFIX = "attnspec-mutate-"  # a campaign's temporary folder, in the system's temp folder
+STALE_AFTER_S = 60.0  # a workspace this old whose lock is free has no campaign left
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env"}
 CONFIG_FILES = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
 
@@ -88,6 +92,7 @@ class Settings:
     cwd: Path = field(default_factory=Path.cwd)
     github: bool = False  # print the annotations (also when GITHUB_ACTIONS is set)
     table: bool = False  # write fault-table.json (the repository's conformance table)
+    clean_timeout_s: float = CLEAN_TIMEOUT_S  # a test of the clean run running longer stops the campaign
 
     @property
     def strict(self) -> bool:
@@ -277,6 +282,7 @@ def write_plan(
         "workers": max(1, settings.workers),
         "matrix": settings.suite == "kit",
         "min_timeout_s": 60.0 if settings.suite == "kit" else 30.0,
+        "clean_timeout_s": settings.clean_timeout_s,
         "incremental": settings.incremental,
         "previous": str(previous) if settings.incremental and previous.exists() else None,
         "progress": str(workspace / "progress.json"),
@@ -509,9 +515,12 @@ def _run(settings: Settings, started: float) -> int:
     previous = signal.signal(signal.SIGTERM, interrupted)
     # the workspace is made with interrupts held back until the try below owns it: one that came in
     # between would leave it behind
+    collect_stale_workspaces()
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    workspace = Path(tempfile.mkdtemp(prefix="attnspec-mutate-"))
+    workspace = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX))
+    owner = os.open(workspace, os.O_RDONLY)  # locked while this campaign and its engine live
     try:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         write_plan(settings, workspace, mutants, functions, context)
         plan = json.loads((workspace / "plan.json").read_text())
@@ -532,3 +541,29 @@ def _run(settings: Settings, started: float) -> int:
             print(f"workspace kept at {workspace}")
         else:
             shutil.rmtree(workspace, ignore_errors=True)
+        os.close(owner)
+
+
+def collect_stale_workspaces(folder: Path | None = None, settle_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove the workspaces of campaigns that died without removing them (the campaign and its engine
+    both killed with SIGKILL, a machine that lost power): each campaign holds a lock on its workspace
+    while it or its engine lives, so one whose lock can be taken has no owner.  A workspace younger than
+    ``settle_s`` is left alone: its campaign may not have locked it yet.  Returns those removed."""
+    removed = []
+    for stale in Path(folder or tempfile.gettempdir()).glob(WORKSPACE_PREFIX + "*"):
+        try:
+            if not stale.is_dir() or stale.is_symlink() or time.time() - stale.stat().st_mtime < settle_s:
+                continue
+            fd = os.open(stale, os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile, or another user's
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a campaign still runs there
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
+        finally:
+            os.close(fd)
+    return removed

@@ -28,7 +28,9 @@ import os
 import sys
 from pathlib import Path
 
-from attnspec.arguments import positive_int
+from attnspec.arguments import positive_float, positive_int
+
+from .engine import CLEAN_TIMEOUT_S
 
 PASSED, FAILED, NOT_RUN, INTERRUPTED = 0, 1, 2, 130
 PYTEST = {"pytest", "py.test"}
@@ -66,6 +68,14 @@ def add_parser(commands) -> argparse.ArgumentParser:
         type=positive_int,
         default=os.cpu_count() or 2,
         help="mutants run in parallel (default: cores)",
+    )
+    mutate.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=CLEAN_TIMEOUT_S,
+        metavar="S",
+        help="a test of the clean run (or the test command) still running after S seconds stops the "
+        "campaign, named (default: %(default).0f)",
     )
     mutate.add_argument(
         "--triage", metavar="FILE", help="a TOML file of [[survivor]] entries (mutant, reason)"
@@ -153,6 +163,7 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         keep=args.keep_workspace,
         cwd=cwd,
         github=args.github_annotations,
+        clean_timeout_s=args.timeout,
     )
 
 

@@ -49,6 +49,8 @@ from typing import Protocol
 from . import history
 
 PROGRESS_EVERY_S = 1.0
+CLEAN_TIMEOUT_S = 600.0  # a test of the clean run running this long stops the campaign (--timeout)
+CLEAN_POLL_S = 0.2  # how often the clean run's children are checked on
 TIMEOUT_FACTOR = 10.0  # a child's time limit: at least min_timeout_s, or this x its tests' clean time
 
 
@@ -116,6 +118,7 @@ class Progress:
     total: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     eta: dict | None = None  # Remaining.estimate() while mutants run
+    running: dict | None = None  # the clean run's test now running: {"test": its id, "since": epoch s}
     last: float = 0.0
 
     def write(self, force: bool = False) -> None:
@@ -123,7 +126,13 @@ class Progress:
             return
         self.last = time.monotonic()
         temporary = self.path.with_suffix(".tmp")
-        state = {"phase": self.phase, "total": self.total, "counts": self.counts, "eta": self.eta}
+        state = {
+            "phase": self.phase,
+            "total": self.total,
+            "counts": self.counts,
+            "eta": self.eta,
+            "running": self.running,
+        }
         temporary.write_text(json.dumps(state))
         temporary.replace(self.path)
 
@@ -199,9 +208,12 @@ class Engine:
     ) -> tuple[dict[str, dict], list[str]]:
         """clean_run split over the workers, one forked child each: whole test files (their fixtures
         stay per file), the longest first onto the least loaded worker (``cost``: the previous run's
-        seconds, when known)."""
-        self.progress.total = len(tests)  # the children write none: the phase, at least
+        seconds, when known).  This process watches them: a test that runs past the clean run's limit
+        (``clean_timeout_s``) stops them all, and is named among the failing tests."""
+        self.progress.total = len(tests)
         self.progress.write(force=True)
+        if not self.suite.in_process:
+            return self.clean_run(tests, spans)
         files: dict[str, list[str]] = {}
         for test in tests:
             files.setdefault(test.split("::")[0], []).append(test)
@@ -211,11 +223,9 @@ class Engine:
             lightest = loads.index(min(loads))
             shares[lightest] += files[file]
             loads[lightest] += sum(cost.get(t, 0.05) for t in files[file])
-        if len(shares) == 1 or not self.suite.in_process:
-            return self.clean_run(tests, spans)
         out_dir = Path(self.plan["workspace"]) / "clean"
         out_dir.mkdir(exist_ok=True)
-        pids = []
+        children: dict[int, int] = {}  # pid -> index of its share
         for index, share in enumerate(shares):
             chosen = set(share)
             order = [t for t in tests if t in chosen]
@@ -224,7 +234,7 @@ class Engine:
                 code = 0
                 try:
                     quiet()
-                    self.progress.path = None  # the parent reports progress
+                    self.progress.path = out_dir / f"{index}.progress.json"  # the parent reads it
                     traced, failed = self.clean_run(order, spans)
                     part = {"traced": traced, "failed": failed, "modules": list(sys.modules)}
                     (out_dir / f"{index}.json").write_text(json.dumps(part))
@@ -232,9 +242,10 @@ class Engine:
                     code = 3
                 finally:
                     os._exit(code)
-            pids.append(pid)
-        for pid in pids:
-            os.waitpid(pid, 0)
+            children[pid] = index
+        hung = self.watch_clean_run(children, out_dir)
+        if hung:
+            return {}, hung
         traced_all: dict[str, dict] = {}
         failed_all: list[str] = []
         for index in range(len(shares)):
@@ -247,11 +258,42 @@ class Engine:
             self.lazy_modules += [m for m in part["modules"] if m not in sys.modules]
         return {t: traced_all[t] for t in tests if t in traced_all}, failed_all
 
+    def watch_clean_run(self, children: dict[int, int], out_dir: Path) -> list[str]:
+        """Wait for the clean run's children, passing on their progress (tests done, the test running
+        longest); the tests that ran past the limit, each said with the limit, once every child is
+        stopped (an empty list: they all finished)."""
+        limit_s = float(self.plan.get("clean_timeout_s", CLEAN_TIMEOUT_S))
+        alive = set(children)
+        while alive:
+            for pid in list(alive):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    alive.discard(pid)
+            parts = {pid: _read_json(out_dir / f"{index}.progress.json") for pid, index in children.items()}
+            running = [parts[pid]["running"] for pid in alive if parts[pid] and parts[pid]["running"]]
+            self.progress.counts = {"tested": sum(p["counts"].get("tested", 0) for p in parts.values() if p)}
+            self.progress.running = min(running, key=lambda r: r["since"], default=None)
+            self.progress.write()
+            hung = [r["test"] for r in running if time.time() - r["since"] > limit_s]
+            if hung:
+                for pid in alive:
+                    os.kill(pid, signal.SIGKILL)
+                for pid in alive:
+                    os.waitpid(pid, 0)
+                return [
+                    f"{test} (still running after {limit_s:.0f} s, the limit of --timeout)" for test in hung
+                ]
+            if alive:
+                time.sleep(CLEAN_POLL_S)
+        self.progress.running = None
+        return []
+
     def clean_run(self, tests: list[str], spans: dict[str, list]) -> tuple[dict[str, dict], list[str]]:
         """Run ``tests`` against the original code: per test its seconds, the functions it called
         and the lines of each it executed (relative to the function's first line); and the failing
         tests.  A test source that runs elsewhere (a command) measures its own lines."""
         if not self.suite.in_process:
+            self.progress.running = {"test": tests[0], "since": time.time()}  # the command, one test
+            self.progress.write(force=True)
             return self.suite.clean(tests, spans)  # type: ignore[attr-defined]
         import coverage
 
@@ -267,6 +309,8 @@ class Engine:
                         calls.clear()
                     measure.switch_context(test)
                     following = tests[index + 1] if index + 1 < len(tests) else None
+                    self.progress.running = {"test": test, "since": time.time()}
+                    self.progress.write(force=True)
                     failing, seconds, skipped = self.suite.run_one(test, following)
                     if failing:
                         failed.append(test)
@@ -283,6 +327,8 @@ class Engine:
                     self.progress.write()
         finally:
             measure.stop()
+        self.progress.running = None
+        self.progress.write(force=True)
         attribute_lines(measure.get_data().contexts_by_lineno, spans, traced)
         return traced, failed
 
@@ -326,6 +372,7 @@ class Engine:
             self.lazy_modules = import_quietly(self.lazy_modules)
             freeze_heap()
         traced, failed = self.parallel_clean_run(chosen, state["spans"], cost)
+        self.progress.running = None
         if failed:
             return {"error": "the clean run did not pass (failing: " + ", ".join(failed[:5]) + ")"}
         tests = history.merge_tests(state, previous, traced)
@@ -592,6 +639,14 @@ def import_quietly(names: list[str]) -> list[str]:
             continue
         imported.append(name)
     return imported
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON file another process replaces as it goes (None: not there yet, or being replaced)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def quiet() -> None:

@@ -17,6 +17,8 @@ from attnspec.forking import Forked
 
 PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
 POLL_S = 0.2  # how often the engine process is checked on: its end is seen this late at most
+RUNNING_LONG_S = 10.0  # a test of the clean run running this long is named on the progress line
+SHOWN_TEST_CHARS = 60
 
 
 class Watch:
@@ -42,8 +44,8 @@ class Watch:
             return f"[{self.starting} {clock}]"
         counts, total = progress["counts"], progress["total"]
         if progress["phase"] == "clean run":
-            done = f"{counts['tested']}/" if "tested" in counts else ""  # split over workers: no count
-            return f"[clean run {clock}] {done}{total} tests"
+            done = f"{counts['tested']}/" if "tested" in counts else ""
+            return f"[clean run {clock}] {done}{total} tests" + running_long(progress.get("running"))
         done = sum(counts.values())
         line = f"[testing mutants {clock}] {done}/{total}  " + "  ".join(
             f"{status.lower()} {counts.get(status, 0)}"
@@ -102,6 +104,20 @@ class Watch:
         finally:
             stop(process)
         return process.returncode
+
+
+def running_long(running: dict | None) -> str:
+    """The clean run's test that has run for RUNNING_LONG_S or more, named (its start shortened to fit
+    a line), and for how long; "" for none."""
+    if not running:
+        return ""
+    seconds = time.time() - running["since"]
+    if seconds < RUNNING_LONG_S:
+        return ""
+    test = running["test"]
+    if len(test) > SHOWN_TEST_CHARS:
+        test = "..." + test[-(SHOWN_TEST_CHARS - 3) :]
+    return f"; running {test} for {minutes(seconds)}"
 
 
 def minutes(seconds: float) -> str:

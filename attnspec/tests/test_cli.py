@@ -23,7 +23,7 @@ import pytest
 import attnspec
 import attnspec.cli
 from attnspec.cli import FAILURES
-from attnspec.properties.meta_tests.kit_runs import alive_with, run_module, tree_digest, users_env
+from attnspec.properties.meta_tests.kit_runs import alive_with, left_in, run_module, tree_digest, users_env
 from attnspec.properties.run_report import Failure, RunReport, error_in_brief, short_test_name
 from attnspec.properties.target_checks import load_problem
 
@@ -321,12 +321,6 @@ def hostile_check(cwd: Path, tmp: Path, *args: str) -> tuple[subprocess.Complete
     return done, time.monotonic() - started
 
 
-def left_in(tmp: Path) -> list[str]:
-    """What a run left in its temporary folder, but torch's own compile cache (torchinductor_USER, which
-    any program that imports torch._dynamo makes there, and which is kept between runs by design)."""
-    return [path.name for path in tmp.iterdir() if not path.name.startswith("torchinductor_")]
-
-
 SELECTED = "test_matches_the_oracle or test_masked_weights_are_exactly_zero or test_batch_elements"
 
 
@@ -420,6 +414,18 @@ def test_a_target_that_breaks_its_process_on_its_first_call_gets_one_line(user_d
     last = done.stdout.strip().splitlines()[-1]
     assert last == "NOT CHECKED: exits_at_once:attention could not be checked (see above)", last
     assert left_in(tmp_path) == [] and alive_with(tmp_path) == ""
+
+
+def test_a_memory_cap_too_small_to_run_a_test_is_refused_in_one_line(user_dir: Path):
+    # a worker starts as large as the check's process, torch loaded: a cap below that plus some room
+    # would fail the kit's own code, not the target's
+    done = attnspec_command(user_dir, "check", "toy:attention", "--max-memory", "0.5")
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    said = done.stdout.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("NOT CHECKED: --max-memory 0.5: a process of the check"), (
+        said
+    )
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_ctrl_c_stops_every_process_and_gives_no_verdict(user_dir: Path):

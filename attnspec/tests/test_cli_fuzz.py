@@ -117,6 +117,7 @@ MUTATE_OPTIONS = [
     "-j",
     "--workers",
     "--triage",
+    "--timeout",
     "--github-annotations",
     "--list-faults",
     "--bogus",

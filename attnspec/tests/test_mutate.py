@@ -8,6 +8,7 @@ inline triage, and the reports (Stryker schema, JUnit, GitHub annotations).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -22,8 +23,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from attnspec.mutation.campaign import WORKSPACE_PREFIX, collect_stale_workspaces
 from attnspec.mutation.generators.catalogue import FAULTS
-from attnspec.properties.meta_tests.kit_runs import alive_with, run_module, tree_digest
+from attnspec.mutation.watch import SHOWN_TEST_CHARS, Watch
+from attnspec.properties.meta_tests.kit_runs import alive_with, left_in, run_module, tree_digest
 from mutants.tests.test_machinery import check_stryker_shape, stryker_schema  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -282,7 +285,7 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output
-    assert list(tmp.iterdir()) == []
+    assert left_in(tmp) == []
     assert tree_digest(project) == before and not (project / "attnspec-mutation").exists()
     time.sleep(1)
     assert alive_with(tmp) == ""
@@ -325,7 +328,7 @@ def test_sigterm_while_the_campaign_is_planned_is_an_interrupt(tmp_path):
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, first + output
     assert "interrupted: nothing was left behind" in output, first + output
-    assert list(tmp.iterdir()) == [] and not (project / "attnspec-mutation").exists()
+    assert left_in(tmp) == [] and not (project / "attnspec-mutation").exists()
 
 
 def test_reports_that_cannot_be_written_or_a_second_campaign_in_the_folder_stop_before_anything_runs(
@@ -367,6 +370,83 @@ def test_sigkill_of_the_command_takes_its_engine_and_workspace_with_it(tmp_path)
     process.kill()
     process.communicate(timeout=60)
     deadline = time.monotonic() + 30  # the engine hears of its parent's death, and cleans up
-    while time.monotonic() < deadline and (list(tmp.iterdir()) or alive_with(tmp)):
+    while time.monotonic() < deadline and (left_in(tmp) or alive_with(tmp)):
         time.sleep(0.2)
-    assert list(tmp.iterdir()) == [] and alive_with(tmp) == "", alive_with(tmp)
+    assert left_in(tmp) == [] and alive_with(tmp) == "", alive_with(tmp)
+
+
+HANGING_TEST = """
+import time
+
+import tiny
+
+
+def test_scores():
+    assert abs(tiny.scores(2.0, 3.0, 4) - 3.0) < 1e-12
+
+
+def test_waits_for_ever():
+    while True:
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("command", ["pytest", "script"])
+def test_a_test_that_hangs_in_the_clean_run_stops_the_campaign_named(tmp_path, command):
+    # --timeout bounds each test of the clean run (a command counts as one); the campaign stops with the
+    # stuck test named, exit 2, and leaves no process and no workspace
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "test_hangs.py").write_text(HANGING_TEST)
+    (tmp_path / "check.py").write_text(CHECK)
+    tests = ["pytest", "test_hangs.py"] if command == "pytest" else [sys.executable, "check.py", "3600"]
+    started = time.monotonic()
+    done = mutate(tmp_path, tmp, "tiny.py", "--timeout", "4", "--", *tests, timeout=300)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    stuck = "test_hangs.py::test_waits_for_ever" if command == "pytest" else "the test command"
+    assert f"the clean run did not pass (failing: {stuck} (still running after 4 s" in done.stderr, (
+        done.stderr
+    )
+    assert time.monotonic() - started < 120
+    assert left_in(tmp) == [] and alive_with(tmp) == "", alive_with(tmp)
+    assert not (tmp_path / "attnspec-mutation").exists()
+
+
+def test_the_progress_line_names_a_test_of_the_clean_run_that_runs_long():
+    watch = Watch(Path("."), started=time.monotonic())
+    progress = {"phase": "clean run", "total": 40, "counts": {"tested": 12}, "eta": None}
+    test = "tests/" + "deep/" * 20 + "test_x.py::test_waits"
+    quick = dict(progress, running={"test": test, "since": time.time() - 1})
+    assert watch.line(quick).endswith("12/40 tests")  # a test that runs a second: not named
+    line = watch.line(dict(progress, running={"test": test, "since": time.time() - 75}))
+    assert line.endswith("; running ..." + test[-(SHOWN_TEST_CHARS - 3) :] + " for 1m15s"), line
+
+
+def test_a_workspace_left_by_a_campaign_killed_outright_is_removed_by_the_next(tmp_path):
+    # the campaign and its engine both killed with SIGKILL: nobody removed the workspace; the next
+    # campaign removes it, not one whose campaign still runs (its lock is held), nor a young one
+    dead, running, young = (tmp_path / f"{WORKSPACE_PREFIX}{name}" for name in ("dead", "running", "young"))
+    for folder in (dead, running, young):
+        folder.mkdir()
+        (folder / "plan.json").write_text("{}")
+    for folder in (dead, running):
+        os.utime(folder, (time.time() - 3600, time.time() - 3600))
+    lock = os.open(running, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert collect_stale_workspaces(tmp_path) == [dead]
+    finally:
+        os.close(lock)
+    assert sorted(tmp_path.iterdir()) == [running, young]
+    # and a real campaign does so on its way
+    os.utime(running, (time.time() - 3600, time.time() - 3600))
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "check.py").write_text(CHECK)
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(tmp_path / "tiny.py", project)
+    shutil.copy(tmp_path / "check.py", project)
+    done = mutate(project, tmp_path, "tiny.py", "--", sys.executable, "check.py")
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    assert not running.exists() and young.exists()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from attnspec.mutation.generators.sites import install, live_function, mutants_in
+from attnspec.properties.meta_tests.kit_runs import left_in
 from mutants.campaign import REPO_ROOT
 from mutants.tests.test_machinery import check_stryker_shape
 from mutants.tests.toys import mutants_command
@@ -128,7 +129,7 @@ def test_a_campaign_on_a_users_file_kills_every_fault_it_has(toy_conformance):
     root, tmp, code, output, before = toy_conformance
     assert code == 0, output
     assert hashlib.sha256(TOY.read_bytes()).hexdigest() == before  # the file under test never changes
-    assert list(tmp.iterdir()) == []  # the workspace is gone
+    assert left_in(tmp) == []  # the workspace is gone
     reports = root / "reports" / "examples.toy_attention"
     table = json.loads((reports / "fault-table.json").read_text())
     statuses = {fault: row["status"] for fault, row in table["faults"].items()}
@@ -169,7 +170,7 @@ def test_interrupting_a_campaign_leaves_nothing_behind(tmp_path):
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 130
-    assert list(tmp.iterdir()) == []
+    assert left_in(tmp) == []
     time.sleep(1)
     leftovers = subprocess.run(
         ["pgrep", "-f", f"attnspec.mutation.worker {tmp}"], capture_output=True, text=True

@@ -107,6 +107,12 @@ def tree_digest(root: Path, but: str = "") -> dict[str, str]:
     }
 
 
+def left_in(tmp: Path) -> list[str]:
+    """What a run left in its temporary folder, but torch's own compile cache (torchinductor_USER, which
+    any program that imports torch._dynamo makes there, and which is kept between runs by design)."""
+    return [path.name for path in tmp.iterdir() if not path.name.startswith("torchinductor_")]
+
+
 def alive_with(tmp: Path) -> str:
     """The processes still alive that were started with TMPDIR={tmp} in their environment (a fork keeps
     the block a new interpreter started with): the pids, or "" for none."""

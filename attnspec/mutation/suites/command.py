@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..engine import TIMEOUT_FACTOR, Engine, Known, attribute_lines
+from ..engine import CLEAN_TIMEOUT_S, TIMEOUT_FACTOR, Engine, Known, attribute_lines
 
 SITECUSTOMIZE = '''\
 """attnspec mutate: measures a clean run, or swaps the active mutant in (a campaign's own hook)."""
@@ -100,6 +100,7 @@ class CommandSuite:
         texts = [p.read_text(encoding="utf-8", errors="replace") for p in named]
         self.named.write_text("\n".join([" ".join(self.command), *texts]), encoding="utf-8")
         self.min_timeout_s = float(plan.get("min_timeout_s", 30.0))
+        self.clean_limit_s = float(plan.get("clean_timeout_s", CLEAN_TIMEOUT_S))
         self.limit_s: float | None = None  # set by the clean run: 0.9 x the engine's limit for a child
 
     def tests(self) -> list[str]:
@@ -141,7 +142,10 @@ class CommandSuite:
         data = self.workspace / "command-coverage"
         env = self.environment(ATTNSPEC_COVERAGE=str(data))
         env.pop("ATTNSPEC_MUTANT", None)
+        self.limit_s = self.clean_limit_s
         code, seconds = self.execute(env)
+        if code is None:
+            return {}, [f"{NAME} (still running after {self.clean_limit_s:.0f} s, the limit of --timeout)"]
         self.limit_s = 0.9 * max(self.min_timeout_s, TIMEOUT_FACTOR * seconds)
         print(f"clean run of {' '.join(self.command)}: exit {code} in {seconds:.1f} s", flush=True)
         combined = coverage.Coverage(data_file=str(data), config_file=False)
