@@ -173,6 +173,8 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
         command += ["-k", args.k]
     if args.junitxml:
         command.append(f"--junitxml={args.junitxml}")
+    if args.seed is not None:
+        command.append(f"--hypothesis-seed={args.seed}")
     if args.exitfirst:
         command.append("-x")
     if args.watch:  # Hypothesis and pytest's plugins were imported before the check: nothing to rewrite
@@ -344,6 +346,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="fit the check to about SECONDS: fewer examples a property, measured from the target's "
         "first call (the explicit examples always run); it says how much weaker the check is",
+    )
+    run.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="draw the examples from seed N: the same cases every run, to reproduce a verdict (default: "
+        "fresh draws every run)",
     )
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     run.add_argument(
