@@ -427,6 +427,9 @@ def write_reports(
     (out_dir / "annotations.txt").write_text("".join(c + "\n" for c in commands))
     if settings.github or os.environ.get("GITHUB_ACTIONS") == "true":
         print("\n".join(commands), flush=True)
+    ungraded = ungraded_sources(settings, reported)
+    if ungraded:  # the first thing said: the score above means nothing for these files
+        text = "\n".join(ungraded) + "\n\n" + text
     print(text, flush=True)
     (out_dir / "mutation-summary.txt").write_text(text + "\n")
     if settings.table:
@@ -437,7 +440,27 @@ def write_reports(
             "faults": rows,
         }
         (out_dir / "fault-table.json").write_text(json.dumps(table, indent=1))
-    return 1 if failures else 0
+    return 2 if ungraded else 1 if failures else 0
+
+
+def ungraded_sources(settings: Settings, mutants: list[Mutant]) -> list[str]:
+    """One line for each source of a user's campaign that no test ran a line of (every mutant in it
+    not exercised): its grade would be meaningless, and so the campaign's (exit code 2)."""
+    if not settings.strict:
+        return []  # the kit's campaigns say what a target would have to expose instead
+    lines = []
+    for source in settings.sources:
+        own = [m for m in mutants if m.path == source.shown]
+        if not own or any(m.status != "NoCoverage" for m in own):
+            continue
+        why = "the tests never import it, or never call its functions"
+        if source.root is not None and not source.file.is_relative_to(settings.cwd.resolve()):  # a file
+            why = (
+                f"it is outside the project ({settings.cwd}), so the tests import their own copy if any; "
+                "run attnspec mutate from the folder the tests run in, on the file they import"
+            )
+        lines.append(f"NOT GRADED: no test ran a line of {source.shown}: {why}")
+    return lines
 
 
 def catalogue_fingerprint() -> str:

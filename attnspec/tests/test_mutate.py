@@ -450,3 +450,24 @@ def test_a_workspace_left_by_a_campaign_killed_outright_is_removed_by_the_next(t
     done = mutate(project, tmp_path, "tiny.py", "--", sys.executable, "check.py")
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
     assert not running.exists() and young.exists()
+
+
+def test_a_source_no_test_runs_is_not_graded_and_says_so_first(tmp_path):
+    # a test command that never imports the source, and a source outside the project: every mutant "not
+    # exercised" would grade nothing, so the summary begins by saying so, and the campaign exits 2
+    project, outside = tmp_path / "project", tmp_path / "elsewhere"
+    for folder in (project, outside):
+        folder.mkdir()
+    (project / "tiny.py").write_text(TINY)
+    (outside / "tiny.py").write_text(TINY)
+    (project / "check.py").write_text("assert 1 + 1 == 2\n")
+    for source, why in (
+        ("tiny.py", "the tests never import it, or never call its functions"),
+        ("../elsewhere/tiny.py", "it is outside the project ("),
+    ):
+        done = mutate(project, tmp_path, source, "--", sys.executable, "check.py")
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        summary = done.stdout.split("NOT GRADED: ", 1)
+        assert len(summary) == 2 and summary[1].startswith("no test ran a line of "), done.stdout
+        assert why in summary[1].splitlines()[0], summary[1].splitlines()[0]
+        assert "\n\nmutation campaign of `" in summary[1], summary[1]  # then the summary as usual
