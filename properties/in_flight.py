@@ -61,9 +61,12 @@ class Slot:
         HEADER.pack_into(self.memory, self.offset, started if depth else 0.0, depth)
 
     def in_flight(self) -> tuple[float, str] | None:
-        """(seconds the call has run, the call in words), or None when no call is in flight."""
+        """(seconds the call has run, the call in words), or None when no call is in flight, or when the
+        worker is writing the slot just now: a read across its write can pair a new depth with the old
+        start of 0 (a call running since boot, once a false hang on a correct target in 220 checks), so
+        the header must read the same twice and hold a start."""
         started, depth = HEADER.unpack_from(self.memory, self.offset)
-        if not depth:
+        if not depth or started <= 0.0 or HEADER.unpack_from(self.memory, self.offset) != (started, depth):
             return None
         words = bytes(self.memory[self.offset + HEADER.size : self.offset + SIZE]).rstrip(b"\0")
         return time.monotonic() - started, words.decode(errors="replace")

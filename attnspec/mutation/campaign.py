@@ -45,6 +45,7 @@ from attnspec.pytest_plugin import importable_name
 from . import history
 from .engine import CLEAN_TIMEOUT_S
 from .generators.catalogue import FAULTS
+from .generators.evidence import evidence
 from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
 from .reports.annotations import annotations
 from .reports.html import render
@@ -403,7 +404,7 @@ def write_reports(
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     (out_dir / "index.html").write_text(render(report), encoding="utf-8")
     (out_dir / RESULTS).write_text(json.dumps(results), encoding="utf-8")
-    rows = fault_rows(reported, triage, settings.strict)
+    rows = fault_rows(reported, triage, settings.strict, present_faults(settings, texts, mutants))
     where = report_path.relative_to(settings.cwd) if report_path.is_relative_to(settings.cwd) else report_path
     tests_run = f"{phases['tests_traced']} of {len(results['tests'])} tests run"
     mutants_run = f"{phases['mutants_run']} run, {phases['mutants_reused']} reused"
@@ -441,6 +442,22 @@ def write_reports(
         }
         (out_dir / "fault-table.json").write_text(json.dumps(table, indent=1))
     return 2 if ungraded else 1 if failures else 0
+
+
+def present_faults(settings: Settings, texts: dict[str, str], mutants: list[SiteMutant]) -> dict[str, str]:
+    """The faults no mutant was placed for whose feature the sources visibly have: fault id ->
+    "file:line (`code`)" of the first line that shows it (generators/evidence.py).  Only over whole
+    files: a campaign on some functions (--since, module:functions) grades what it chose."""
+    if settings.since is not None or any(source.only is not None for source in settings.sources):
+        return {}
+    sited = {m.fault for m in mutants}
+    present: dict[str, str] = {}
+    for source in settings.sources:
+        for fault, seen in evidence(texts[source.shown]).items():
+            if fault not in sited and fault not in present:
+                code = seen.code if len(seen.code) <= 60 else seen.code[:57] + "..."
+                present[fault] = f"{source.shown}:{seen.line} (`{code}`)"
+    return present
 
 
 def ungraded_sources(settings: Settings, mutants: list[Mutant]) -> list[str]:

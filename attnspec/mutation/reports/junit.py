@@ -45,8 +45,12 @@ def junit_xml(
                 killer = f" by {mutant.killed_by[0]}" if mutant.killed_by else ""
                 lines.append(f"{mutant.name} at {where}: {mutant.status}{killer}")
         failures += failing
-        if row["status"] in ("no site", "not exercised"):
-            message = "no site in the mutated code" if row["status"] == "no site" else "not exercised"
+        if row["status"] in ("no site", "not recognised", "not exercised"):
+            message = {
+                "no site": "no site in the mutated code",
+                "not recognised": f"present at {row.get('present')}, but no operator recognised it",
+                "not exercised": "not exercised",
+            }[row["status"]]
             ET.SubElement(case, "skipped", message=message)
             skipped += 1
         if lines:

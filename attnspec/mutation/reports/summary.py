@@ -125,11 +125,19 @@ def summarize(
     return "\n".join(out), failures
 
 
-def fault_rows(mutants: list[Mutant], triage: dict[str, dict], strict: bool = False) -> dict[str, dict]:
+def fault_rows(
+    mutants: list[Mutant],
+    triage: dict[str, dict],
+    strict: bool = False,
+    present: dict[str, str] | None = None,
+) -> dict[str, dict]:
     """Per fault: sites, mutants, killed, survived, triaged, not exercised, other, and a status.
     ``strict`` (a user's own tests): a mutant no test executes is a survivor too, unless triaged;
-    the kit's campaigns say "not exercised" instead (the target does not expose that code)."""
+    the kit's campaigns say "not exercised" instead (the target does not expose that code).  A fault
+    with no site is "not recognised" where ``present`` gives the line that shows its feature
+    (generators/evidence.py), else "no site": the code has no such feature."""
     rows = {}
+    present = present or {}
     for fault in FAULTS:
         own = [m for m in mutants if m.operator == fault.id]
         undetected = [m for m in own if m.status == "Survived" or (strict and m.status == "NoCoverage")]
@@ -143,7 +151,10 @@ def fault_rows(mutants: list[Mutant], triage: dict[str, dict], strict: bool = Fa
             "not_exercised": sum(m.status == "NoCoverage" for m in own),
         }
         row["other"] = row["mutants"] - row["killed"] - row["survived"] - row["not_exercised"]
-        if not own:
+        if not own and fault.id in present:
+            status = "not recognised"
+            row["present"] = present[fault.id]
+        elif not own:
             status = "no site"
         elif row["not_exercised"] == row["mutants"] and not (strict and len(undetected) > len(triaged)):
             status = "not exercised" if not strict else "equivalent"
@@ -174,7 +185,19 @@ def summary_text(
     survived = sum(m.status == "Survived" for m in mutants)
     not_run = sum(m.status == "NoCoverage" for m in mutants)
     undetected = survived + (not_run if strict else 0)
-    out = [
+    unrecognised = [fault_id for fault_id, row in rows.items() if row["status"] == "not recognised"]
+    graded = [
+        fault_id for fault_id, row in rows.items() if row["status"] not in ("no site", "not recognised")
+    ]
+    out = []
+    if unrecognised:  # what the score below cannot see comes first
+        out += [
+            f"graded {len(graded)} of the {len(graded) + len(unrecognised)} faults whose feature the code "
+            f"has: {', '.join(unrecognised)} present but not recognised (below, each with its line: mark "
+            "the line `# attnspec: site F<n>` or report the idiom)",
+            "",
+        ]
+    out += [
         f"{title}, {len(mutants)} catalogue mutants in {wall_s:.0f} s",
         f"killed {killed}   survived {survived}   not exercised {not_run}   "
         f"test strength {percent(killed, killed + undetected)} "
@@ -193,7 +216,9 @@ def summary_text(
             if not killers:
                 killers = sorted({m.killed_by[0] for m in own if m.killed_by})
             detail += f", {row['killed']} killed by {', '.join(killers)}"
-        out.append(f"  {fault.id:<4} {row['status']:<13} {fault.description}  [{detail}]")
+        if row["status"] == "not recognised":
+            detail = f"present at {row['present']}, no mutant placed"
+        out.append(f"  {fault.id:<4} {row['status']:<14} {fault.description}  [{detail}]")
         for mutant in own:
             where = f"{mutant.path}:{mutant.start[0]}"
             undetected_here = mutant.status == "Survived" or (strict and mutant.status == "NoCoverage")

@@ -1,0 +1,137 @@
+"""Whether code visibly has a fault's feature, whatever idiom it is written in: the evidence that turns
+"no site" into one of two honest states.
+
+A fault the operators (catalogue.py) placed no mutant for is either *absent* (the code has no such
+feature: no RoPE anywhere, no cache, no padding mask) or *present but not recognised* (the code
+visibly has it, in an idiom no operator knows): then the campaign cannot grade it, and says where.
+The evidence is deliberately plain, the identifiers on one line of code (comments and strings
+are not code): ``cos`` and ``sin`` beside each other are a rotation, ``attention_mask`` or a
+``pad`` is a padding mask, ``past`` beside ``arange`` or ``positions`` is a position offset.  It errs
+towards "present": a feature said present that was absent costs a reader one look at one line,
+while a present one said absent makes a weak suite look strong.
+"""
+
+from __future__ import annotations
+
+import io
+import keyword
+import tokenize
+from dataclasses import dataclass
+
+import libcst as cst
+
+from .catalogue import name_words
+from .sites import function_spans
+
+# Each fault's evidence: alternatives, each a set of words that must all be on one line of code.
+# A word is a lower-case part of an identifier (catalogue.name_words: attention_mask -> attention, mask),
+# or, after "=", a whole identifier (=attention_mask).
+ROTATION = ({"rope"}, {"rotary"}, {"rotate"}, {"cos", "sin"}, {"freqs", "cis"})
+WINDOW = ({"window"}, {"sliding"})
+WINDOWED_CACHE = ({"cache", "window"}, {"cache", "sliding"})
+CAUSAL = ({"causal"},)
+EVIDENCE: dict[str, tuple[set[str], ...]] = {
+    "F1": ({"masked", "fill"}, {"inf"}, {"finfo", "min"}, {"mask", "where"}),
+    "F2": ({"tril"}, {"triu"}, {"causal"}),
+    "F3": ({"scale"}, {"scaling"}, {"sqrt"}),
+    # a head split or merge: n_head, head_dim (a per-head table's n_heads alone, e.g. sinks.view(1, n_heads,
+    # 1, 1), is no split)
+    "F4": tuple({verb, "head"} for verb in ("view", "reshape", "transpose", "rearrange")),
+    "F5": ({"residual"},),
+    "F6": ({"norm", "attn"}, {"norm", "attention"}, {"ln", "attn"}, {"layernorm"}),
+    "F7": ROTATION,
+    "F8": ({"window", "layer"}, {"sliding", "layer"}),
+    "F9": ({"heads", "divisible"}, {"kv", "heads", "assert"}, {"kv", "heads", "raise"}),
+    "F10": ({"sink"}, {"sinks"}),
+    "F11": WINDOWED_CACHE,
+    "F12": tuple(
+        {place, offset}
+        for place in ("arange", "positions", "position", "rope", "rotary")
+        for offset in ("offset", "past", "seen", "start", "prefix")
+    ),
+    "F13": ({"cache", "k", "v"}, {"cache", "key", "value"}, {"past", "key", "value"}),
+    "F14": ({"softmax"},),
+    "F15": ({"repeat", "interleave"}, {"repeat", "kv"}, {"rep"}, {"kv", "groups"}, {"expand", "kv"}),
+    "F16": WINDOW,
+    "F17": ({"padding"}, {"pads"}, {"pad", "mask"}, {"=attention_mask"}),
+    "F18": ({"mask", "cache"}, {"mask", "past"}),
+    "F19": ({"is", "causal"}, {"causal", "self"}),
+    "F20": WINDOWED_CACHE,
+    "F21": ({"dropout", "training"},),  # a dropout module switches itself off in eval
+    "F22": ({"softcap"}, {"soft", "cap"}, {"logit", "cap"}),
+    "F23": ({"alibi"}, {"slopes"}),
+    "F24": ({"cu", "seqlens"}, {"document"}, {"documents"}, {"doc", "ids"}, {"seq", "ids"}),
+    "F25": CAUSAL,
+}
+# a feature that only exists beside another: a RoPE offset needs RoPE
+NEEDS = {"F12": "F7"}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    fault: str
+    line: int  # 1-based
+    words: tuple[str, ...]  # the words that were seen together
+    code: str  # the line, stripped
+
+
+def code_lines(source: str) -> dict[int, set[str]]:
+    """The words of the identifiers on each line of the functions' bodies (where mutants go: no
+    signature, class header, import or module-level constant, no comment or string), but a keyword's
+    own name (``rope=False`` says no more than ``False``); {} where the source does not tokenize."""
+    try:
+        bodies = [(body, last) for _, last, body in function_spans(source).values()]
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, cst.ParserSyntaxError):
+        return {}
+    lines: dict[int, set[str]] = {}
+    depth = 0
+    for index, token in enumerate(tokens):
+        if token.type == tokenize.OP:
+            depth += token.string in "([{"
+            depth -= token.string in ")]}"
+            continue
+        if (
+            token.type != tokenize.NAME
+            or keyword.iskeyword(token.string)
+            or not any(first <= token.start[0] <= last for first, last in bodies)
+        ):
+            continue
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if depth and following is not None and following.string == "=":
+            continue  # a keyword argument's name, or a parameter's
+        if token.string[0].isupper() and not token.string.isupper():
+            continue  # a class (CausalSelfAttention is no causal flag)
+        words = lines.setdefault(token.start[0], set())
+        words.update(name_words(token.string))
+        words.add("=" + token.string.lower())  # the whole identifier, for the evidence that needs it
+    return lines
+
+
+def evidence(source: str, faults: set[str] | None = None) -> dict[str, Evidence]:
+    """The first line that shows each fault's feature (of ``faults``, by default every one)."""
+    lines = code_lines(source)
+    text = source.splitlines()
+    found: dict[str, Evidence] = {}
+    for fault, alternatives in EVIDENCE.items():
+        if faults is not None and fault not in faults:
+            continue
+        for number in sorted(lines):
+            seen = next((words for words in alternatives if words <= lines[number]), None)
+            if seen is not None:
+                found[fault] = Evidence(fault, number, tuple(sorted(seen)), text[number - 1].strip())
+                break
+    for fault, needed in NEEDS.items():
+        if fault in found and needed not in evidence_of(found, lines, needed):
+            del found[fault]
+    return found
+
+
+def evidence_of(found: dict[str, Evidence], lines: dict[int, set[str]], fault: str) -> dict[str, Evidence]:
+    """``found`` if it has ``fault``, else whether the lines show it (for a fault left out of a search)."""
+    if fault in found:
+        return found
+    for words in EVIDENCE[fault]:
+        if any(words <= line for line in lines.values()):
+            return {fault: Evidence(fault, 0, tuple(sorted(words)), "")}
+    return {}
