@@ -183,7 +183,11 @@ def test_a_broken_kernel_fails_naming_the_requirement(attnspec_command: Path, us
     assert re.search(block, done.stdout, re.M), done.stdout[-3000:]
     assert "site-packages" not in done.stdout and "Traceback" not in done.stdout, done.stdout[-3000:]
     # its reproducer runs on its own, with the wheel's kit, and fails as the property did
-    (rerun,) = re.findall(r"^  rerun   python (attnspec-failures/\S+\.py)$", done.stdout, re.M)
+    # (-x stops the run at the first failure; a property another worker was running may fail too)
+    named = done.stdout.split(f"\n{found.group(1)}  ", 1)[-1]  # from the block of the verdict's requirement
+    reruns = re.findall(r"^  rerun   python (attnspec-failures/\S+\.py)$", named, re.M)
+    assert reruns, done.stdout[-3000:]
+    rerun = reruns[0]
     replayed = subprocess.run(
         [str(attnspec_command.parent / "python"), rerun],
         cwd=user_dir,
