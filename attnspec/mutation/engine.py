@@ -268,7 +268,7 @@ class Engine:
             for pid in list(alive):
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
                     alive.discard(pid)
-            parts = {pid: _read_json(out_dir / f"{index}.progress.json") for pid, index in children.items()}
+            parts = {pid: read_json(out_dir / f"{index}.progress.json") for pid, index in children.items()}
             running = [parts[pid]["running"] for pid in alive if parts[pid] and parts[pid]["running"]]
             self.progress.counts = {"tested": sum(p["counts"].get("tested", 0) for p in parts.values() if p)}
             self.progress.running = min(running, key=lambda r: r["since"], default=None)
@@ -641,7 +641,7 @@ def import_quietly(names: list[str]) -> list[str]:
     return imported
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     """A JSON file another process replaces as it goes (None: not there yet, or being replaced)."""
     try:
         return json.loads(path.read_text())

@@ -4,7 +4,6 @@ whole process group stopped on the way out (also on Ctrl-C or SIGTERM), so nothi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,8 @@ from pathlib import Path
 
 from attnspec import forking
 from attnspec.forking import Forked
+
+from .engine import read_json
 
 PROGRESS_EVERY_S = 30  # how often a non-TTY gets a progress line (a TTY: every second)
 POLL_S = 0.2  # how often the engine process is checked on: its end is seen this late at most
@@ -33,10 +34,7 @@ class Watch:
 
     def read_progress(self) -> dict | None:
         """The engine's progress file (None before the engine starts, or while it is being replaced)."""
-        try:
-            return json.loads((self.workspace / "progress.json").read_text())
-        except (OSError, ValueError):
-            return None
+        return read_json(self.workspace / "progress.json")
 
     def line(self, progress: dict | None) -> str:
         clock = minutes(time.monotonic() - self.started)
