@@ -57,6 +57,7 @@ def example_diffs() -> dict[str, str]:
 
 
 def faults() -> str:
+    from attnspec.mutation.generators.annotations import GENERIC
     from attnspec.mutation.generators.catalogue import FAULTS
 
     diffs = example_diffs()
@@ -76,7 +77,17 @@ def faults() -> str:
             "Idioms it recognises (one per operator):",
             "",
             *(f"- {idiom}" for idiom in idioms),
+            "",
         ]
+        generic = [
+            " ".join((op.__doc__ or op.__name__).split()).rstrip(".") for op in GENERIC.get(fault.id, ())
+        ]
+        if generic:
+            lines.append(f"On a line marked `# attnspec: site {fault.id}`, also: {'; '.join(generic)}.")
+        else:
+            lines.append(
+                f"A line marked `# attnspec: site {fault.id}` is reported, not mutated: no generic edit."
+            )
         if fault.id in diffs:
             lines += ["", "An example, in impl/:", "", "```diff", diffs[fault.id], "```"]
         parts.append("\n".join(lines))

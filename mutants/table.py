@@ -42,13 +42,14 @@ def render(table: dict) -> str:
         "| target | fault | status | sites | mutants | killed | survived (triaged) | not exercised |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    no_site = []
+    no_site, unrecognised = [], []
     for target in TARGETS:
         entry = table["targets"][target]
         absent = [fault.id for fault in FAULTS if entry["faults"][fault.id]["status"] == "no site"]
+        present = [fault.id for fault in FAULTS if entry["faults"][fault.id]["status"] == "not recognised"]
         for fault in FAULTS:
             row = entry["faults"][fault.id]
-            if fault.id in absent:
+            if fault.id in absent or fault.id in present:
                 continue
             survived = f"{row['survived']} ({row['triaged']})" if row["survived"] else "0"
             lines.append(
@@ -57,8 +58,16 @@ def render(table: dict) -> str:
             )
         if absent:
             no_site.append(f"{target}: {', '.join(absent)}")
+        if present:
+            unrecognised.append(f"{target}: {', '.join(present)}")
     seconds = ", ".join(f"{t} {table['targets'][t]['seconds']} s" for t in TARGETS)
     lines += ["", f"No site (the fault's code is not in the target): {'; '.join(no_site)}."]
+    if unrecognised:
+        lines += [
+            "",
+            "Present but not recognised (the code visibly has the fault's feature, in an idiom no "
+            f"operator knows, so it is not graded): {'; '.join(unrecognised)}.",
+        ]
     lines += ["", f"Campaign times on 2 cores: {seconds}."]
     return "\n".join(lines)
 

@@ -60,11 +60,17 @@ class LayerCase:
 
 @st.composite
 def layer_cases(
-    draw: st.DrawFn, dtypes: tuple[torch.dtype, ...], min_seq: int = 1, max_seq: int = 10
+    draw: st.DrawFn,
+    dtypes: tuple[torch.dtype, ...],
+    min_seq: int = 1,
+    max_seq: int = 10,
+    evicting: bool = False,
 ) -> LayerCase:
     """A tiny layer within the target's capabilities: GQA groups, a window, sinks, a RoPE base
     away from 10000 (head_dim >= 4 makes it matter), a position offset, and one of ``dtypes``
-    (float_dtypes(device): the test draws the case, since only it sees the device).  D is a
+    (float_dtypes(device): the test draws the case, since only it sees the device).  An
+    ``evicting`` case with a window has one shorter than the sequence (min_seq >= 2), so that a
+    cache must drop keys; its other draws are full layers.  D is a
     multiple of Hq (transformers' configs insist) but drawn apart from Hq * d, unless the target
     ties the two (tied_width)."""
     n_kv_heads = draw(st.integers(1, 2))
@@ -79,7 +85,9 @@ def layer_cases(
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        window=draw(st.one_of(st.none(), st.integers(1, seq + 1))) if TARGET.supports("window") else None,
+        window=draw(st.one_of(st.integers(1, seq - 1 if evicting else seq + 1), st.none()))
+        if TARGET.supports("window")
+        else None,
         sinks=draw(st.booleans()) if TARGET.supports("sinks") else False,
         base=draw(st.sampled_from([10000.0, 10.0, 500000.0])),
         seed=draw(seeds),
@@ -163,7 +171,8 @@ def test_decoding_through_the_layers_own_cache_matches_the_oracle(device, data):
     RoPE and the mask continuing at each chunk's offset, a windowed cache evicting only what the
     window no longer sees (the sequence runs well past the window)."""
     case = replace(
-        data.draw(layer_cases(float_dtypes(device), min_seq=2, max_seq=14), label="case"), offset=0
+        data.draw(layer_cases(float_dtypes(device), min_seq=2, max_seq=14, evicting=True), label="case"),
+        offset=0,
     )
     chunks = split_sequence(case.seq, data.draw(chunk_lists, label="sizes"))
     layer, x = case.build(device)

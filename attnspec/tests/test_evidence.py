@@ -52,13 +52,26 @@ class CausalSelfAttention:
     assert evidence(source) == {}
 
 
+COMPLEX_ROPE = """
+import torch
+
+
+class Attention(torch.nn.Module):
+    def forward(self, x, freqs_cis, start_pos):
+        q = self.wq(x).view(x.shape[0], x.shape[1], self.n_heads, -1).float()
+        q = torch.view_as_real(torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2)) * freqs_cis)
+        return q.flatten(3)
+"""
+
+
 def test_an_unrecognised_fault_has_its_own_status_and_leads_the_summary():
     mutants = [
         Mutant(name=m.name, path=m.path, operator=m.fault, status="Killed", start=m.start, end=m.end)
-        for m in mutants_in(LLAMA_STYLE, "llama", "llama.py")
+        for m in mutants_in(COMPLEX_ROPE, "llama", "llama.py")
     ]
     sited = {m.operator for m in mutants}
-    present = {f: f"llama.py:{e.line}" for f, e in evidence(LLAMA_STYLE).items() if f not in sited}
+    present = {f: f"llama.py:{e.line}" for f, e in evidence(COMPLEX_ROPE).items() if f not in sited}
+    assert "F7" in present  # RoPE through complex numbers: freqs_cis, no operator's idiom
     rows = fault_rows(mutants, {}, strict=True, present=present)
     for fault in present:
         assert rows[fault]["status"] == "not recognised" and rows[fault]["present"] == present[fault]
@@ -67,3 +80,30 @@ def test_an_unrecognised_fault_has_its_own_status_and_leads_the_summary():
     first = text.splitlines()[0]
     assert first.startswith("graded ") and "present but not recognised" in first, first
     assert all(fault in first for fault in present), first
+
+
+def test_an_annotated_line_is_mutated_with_the_faults_generic_operators():
+    line = (
+        "        q = torch.view_as_real(torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2)) * freqs_cis)"
+    )
+    annotated = COMPLEX_ROPE.replace(line, line + "  # attnspec: site F7")
+    number = annotated.splitlines().index(line + "  # attnspec: site F7") + 1
+    made = [m for m in mutants_in(annotated, "llama", "llama.py") if m.fault == "F7"]
+    assert made and all(m.lines == range(number, number + 1) for m in made)
+    lines = {m.source.splitlines()[number - 1].split("#")[0].strip() for m in made}
+    # among them, RoPE not applied: the complex view of q taken back without the rotation
+    assert "q = torch.view_as_real(torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2)))" in lines
+    assert evidence(annotated)["F7"].line == number
+
+
+def test_an_annotation_adds_nothing_where_the_operators_already_placed_the_fault():
+    line = "        q = (q * cos) + (rotate_half(q) * sin)"
+    annotated = LLAMA_STYLE.replace(line, line + "  # attnspec: site F7")
+    plain = [m.replacement for m in mutants_in(LLAMA_STYLE, "llama", "llama.py")]
+    assert [m.replacement for m in mutants_in(annotated, "llama", "llama.py")] == plain
+
+
+def test_an_annotated_fault_without_a_generic_operator_is_present_on_its_line():
+    source = "def forward(self, x):\n    x = self.norm(x + self.attn(x))  # attnspec: site F6\n    return x\n"
+    assert evidence(source)["F6"].line == 2
+    assert [m for m in mutants_in(source, "m", "m.py") if m.fault == "F6"] == []

@@ -120,6 +120,16 @@ def changed(code: str, fault: str) -> list[str]:
         ("f = windowed if self.window is not None else full", "F8", {"f = full"}),
         # F12: decode positions
         ("p = torch.arange(T) + past_seen_tokens", "F12", {"p = torch.arange(T)"}),
+        (
+            "p = torch.arange(past_length, past_length + T, device=x.device)",
+            "F12",
+            {"p = torch.arange(T, device=x.device)"},
+        ),
+        ("p = torch.arange(position_offset, total)", "F12", {"p = torch.arange(total - position_offset)"}),
+        # F7 written inline (Llama/NeoX) or through any rotation's name
+        ("q = q * cos + rotate_half(q) * sin", "F7", {"q = q"}),
+        ("k = (k * cos) + (self.rotate(k) * sin)", "F7", {"k = k"}),
+        ("q = apply_rotary_pos_emb(q, freqs)", "F7", {"q = q"}),
         # F13: the cache written with keys and values swapped
         (
             "k, v = cache.update(key_states, value_states, self.layer_idx)",
@@ -179,6 +189,7 @@ def changed(code: str, fault: str) -> list[str]:
             {"f = and_masks(causal_fn)"},
         ),
         ("return padding_mask[batch_idx, kv_idx]", "F17", {"return ~padding_mask[batch_idx, kv_idx]"}),
+        ("allowed = allowed & attention_mask[:, None, None, :]", "F17", {"allowed = allowed"}),
         (
             "allowed = allowed & key_padding[:, None]",
             "F17",
@@ -332,6 +343,10 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("t = config.layer_types[i]", "F8"),  # reading the schedule, not picking a mask by it
         ("d = None if dropout is None else dropout", "F8"),  # no window in the choice
         ("x = F.pad(x, (0, padding_length))", "F17"),  # padding a tensor, not a padding mask
+        ("i = torch.arange(0, d, 2)", "F12"),  # RoPE's frequencies, not positions after an offset
+        ("p = torch.arange(tk - tq, tk)", "F12"),  # bottom-right alignment, not a cache offset
+        ("y = x * cos + x * sin", "F7"),  # no rotation
+        ("w = a * cos_sim + b", "F7"),
         ("y = attend(q, k, v, is_causal=True)", "F19"),  # F1's: a mask literally never applied
         ("x = layer(x, or_mask_function=f, cache=cache)", "F18"),  # a mask's maker, not a mask
         ("kw = {'max-len': 4, b'cache': c, 'cache': c}", "F18"),  # keys that are no names, and no mask

@@ -81,6 +81,47 @@ def test_install_swaps_the_code_of_the_live_function_under_its_decorator(tmp_pat
     assert (tmp_path / "swapped_module.py").read_text() == MODULE  # the module's file never changes
 
 
+WRAPPED = """
+def plain_wrapper(function):
+    def replaced(*args):
+        return function(*args)
+    return replaced
+
+
+def module_wrapper(function):
+    class Func:
+        def forward(self, *args):
+            return function(*args)
+
+        __call__ = forward
+
+    return Func()
+
+
+@module_wrapper
+def rotate(x):
+    return -x
+
+
+class Layer:
+    def __init__(self, n):
+        self.n = n
+
+
+Layer.__init__ = plain_wrapper(Layer.__init__)
+"""
+
+
+def test_a_function_is_found_under_wrappers_that_keep_it_in_a_closure(tmp_path, monkeypatch):
+    """Decorators that do not set __wrapped__ (transformers 5.25 wraps attention __init__ methods
+    so, and turns functions such as apply_rotary_pos_emb into callable modules) still let the
+    engine swap the function's code."""
+    (tmp_path / "wrapped_module.py").write_text(WRAPPED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for qualname in ("rotate", "Layer.__init__"):
+        assert live_function("wrapped_module", qualname).__code__.co_qualname == qualname
+
+
 TOY = REPO_ROOT / "examples" / "toy_attention.py"
 
 

@@ -622,13 +622,38 @@ def operator_drop_rope(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
             changed = True
             continue
         found = assigned(statement)
-        if found and isinstance(found[1], cst.Call) and "rope" in words(found[1].func) and found[1].args:
+        if found and isinstance(found[1], cst.Call) and is_rotation(found[1].func) and found[1].args:
             body.append(statement.deep_replace(found[1], found[1].args[0].value))
             changed = True
             continue
         body.append(statement)
     if changed:
         yield node.with_changes(body=body)
+
+
+def product_with(node: cst.CSTNode, word: str) -> cst.BaseExpression | None:
+    """``x`` for ``x * cos`` or ``cos * x`` (any name holding the word), else None."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+        return None
+    for this, other in ((node.left, node.right), (node.right, node.left)):
+        if word in words(other) and word not in words(this):
+            return this
+    return None
+
+
+def rotates(node: cst.CSTNode) -> bool:
+    """rotate_half(x), self.rotate(x), rot(x): a call of a rotation on one tensor."""
+    return isinstance(node, cst.Call) and is_rotation(node.func)
+
+
+def operator_rotate_half_dropped(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """x * cos + rotate_half(x) * sin -> x (and the same with ``-``): RoPE written inline, not applied."""
+    if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return
+    x = product_with(node.left, "cos")
+    rotated = product_with(node.right, "sin")
+    if x is not None and rotated is not None and rotates(rotated):
+        yield x.with_changes(lpar=[], rpar=[])
 
 
 # --- F8 ----------------------------------------------------------------------------------------
@@ -833,6 +858,24 @@ def operator_positions_from_zero(node: cst.BinaryOperation) -> Iterator[cst.CSTN
             yield this
 
 
+def operator_arange_from_zero(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """arange(past, past + T) -> arange(T) and arange(offset, total) -> arange(total - offset): the
+    positions of the new tokens counted from 0 instead of from the tokens already seen."""
+    args = positional(node)
+    if call_name(node) != "arange" or len(args) != 2 or not words(args[0].value) & OFFSET_WORDS:
+        return
+    start, stop = args[0].value, args[1].value
+    if (
+        isinstance(stop, cst.BinaryOperation)
+        and isinstance(stop.operator, cst.Add)
+        and stop.left.deep_equals(start)
+    ):
+        count: cst.BaseExpression = stop.right
+    else:
+        count = cst.BinaryOperation(left=stop, operator=cst.Subtract(), right=start)
+    yield node.with_changes(args=[args[1].with_changes(value=count), *node.args[2:]])
+
+
 # --- F13 ---------------------------------------------------------------------------------------
 
 
@@ -878,10 +921,15 @@ def operator_padding_ignored(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 if padding_like(arg.value):
                     yield drop_args(node, [arg])
     elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
-        if padding_like(node.right) and not padding_like(node.left):
+        if users_mask_like(node.right) and not users_mask_like(node.left):
             yield node.left
-        elif padding_like(node.left) and not padding_like(node.right):
+        elif users_mask_like(node.left) and not users_mask_like(node.right):
             yield node.right
+
+
+def users_mask_like(node: cst.CSTNode) -> bool:
+    """A padding mask, or the ``attention_mask`` a model's caller passes (which marks the pads)."""
+    return padding_like(node) or "attention_mask" in names_in(node)
 
 
 def operator_padding_inverted(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -1870,6 +1918,7 @@ FAULTS: tuple[Fault, ...] = (
             (cst.IndentedBlock, operator_rope_on_v),
             (cst.IndentedBlock, operator_rope_on_v_pair),
             (cst.IndentedBlock, operator_drop_rope),
+            (cst.BinaryOperation, operator_rotate_half_dropped),
         ),
         "a layer (the 'layer' capability) that applies RoPE",
     ),
@@ -1918,6 +1967,7 @@ FAULTS: tuple[Fault, ...] = (
         (
             (cst.IndentedBlock, operator_rope_offset_ignored),
             (cst.BinaryOperation, operator_positions_from_zero),
+            (cst.Call, operator_arange_from_zero),
         ),
         "a KV cache, or a layer with the 'offset' capability",
     ),

@@ -8,7 +8,8 @@ The evidence is deliberately plain, the identifiers on one line of code (comment
 are not code): ``cos`` and ``sin`` beside each other are a rotation, ``attention_mask`` or a
 ``pad`` is a padding mask, ``past`` beside ``arange`` or ``positions`` is a position offset.  It errs
 towards "present": a feature said present that was absent costs a reader one look at one line,
-while a present one said absent makes a weak suite look strong.
+while a present one said absent makes a weak suite look strong.  A user's ``# attnspec: site F12``
+annotation (annotations.py) is evidence too, whatever the line says.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from .annotations import annotations
 from .catalogue import name_words
 from .sites import function_spans
 
@@ -124,6 +126,10 @@ def evidence(source: str, faults: set[str] | None = None) -> dict[str, Evidence]
     for fault, needed in NEEDS.items():
         if fault in found and needed not in evidence_of(found, lines, needed):
             del found[fault]
+    for number, named in sorted(annotations(source).items(), reverse=True):  # the first line wins
+        for fault in named & set(EVIDENCE):
+            if faults is None or fault in faults:
+                found[fault] = Evidence(fault, number, ("annotation",), text[number - 1].strip())
     return found
 
 

@@ -30,6 +30,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .. import history
 from ..reports.stryker import changed_span, line_column, offset_of
+from .annotations import GENERIC, annotations
 from .catalogue import operator_table
 
 
@@ -95,49 +96,85 @@ def mutants_in(
     module = cst.parse_module(source)
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     table = [(t, fault, op) for t, fault, op in operator_table() if faults is None or fault in faults]
+    annotated = {
+        line: {fault for fault in named if faults is None or fault in faults}
+        for line, named in annotations(source).items()
+    }
     made: list[SiteMutant] = []
     for qualname, function in functions(module):
         if only is not None and qualname not in only:
             continue
         visitor = _Nodes()
         function.body.visit(visitor)
-        count: dict[str, int] = {}
-        seen: set[str] = set()
-        for node in visitor.nodes:
-            span = positions[node]
-            node_span = (
-                offset_of(source, span.start.line, span.start.column),
-                offset_of(source, span.end.line, span.end.column),
-            )
-            for node_type, fault, operator in table:
-                if not isinstance(node, node_type):
-                    continue
-                for mutated in operator(node):
-                    text = module.deep_replace(node, mutated).code
-                    if text == source or text in seen:  # no change, or the same mutant by another idiom
-                        continue
-                    seen.add(text)
-                    compile(text, path, "exec")  # an operator that writes invalid Python is a bug here
-                    count[fault] = count.get(fault, 0) + 1
-                    start, end, replacement = changed_span(source, text, node_span)
-                    diff = difflib.unified_diff(
-                        source.splitlines(), text.splitlines(), f"a/{path}", f"b/{path}", n=1, lineterm=""
-                    )
-                    made.append(
-                        SiteMutant(
-                            name=f"{module_name}.{qualname}__{fault}_{count[fault]}",
-                            fault=fault,
-                            module=module_name,
-                            qualname=qualname,
-                            path=path,
-                            start=line_column(source, start),
-                            end=line_column(source, end),
-                            replacement=replacement,
-                            diff="\n".join(diff),
-                            source=text,
-                        )
-                    )
+        found = [
+            (node, fault, mutated)
+            for node in visitor.nodes
+            for node_type, fault, operator in table
+            if isinstance(node, node_type)
+            for mutated in operator(node)
+        ]
+        where = (module_name, qualname, path)
+        here = placed(source, module, positions, where, found, [])
+        # then the annotated lines the operators left without a mutant of the fault named there
+        generic = [
+            (node, fault, mutated)
+            for node in visitor.nodes
+            for fault in sorted(annotated.get(positions[node].start.line, ()))
+            if not any(m.fault == fault and positions[node].start.line in m.lines for m in here)
+            for operator in GENERIC.get(fault, ())
+            for mutated in operator(node)
+        ]
+        made += placed(source, module, positions, where, generic, here)
     made.sort(key=lambda mutant: (mutant.start, mutant.name))
+    return made
+
+
+def placed(
+    source: str,
+    module: cst.Module,
+    positions: dict,
+    where: tuple[str, str, str],
+    found: list[tuple[cst.CSTNode, str, cst.CSTNode]],
+    before: list[SiteMutant],
+) -> list[SiteMutant]:
+    """``before`` and then the mutants that ``found`` (node, fault, mutated node) make in one function
+    (``where``: its module, qualname and shown path), numbered on from ``before``'s."""
+    module_name, qualname, path = where
+    made = list(before)
+    seen = {mutant.source for mutant in made}
+    count: dict[str, int] = {}
+    for mutant in made:
+        count[mutant.fault] = count.get(mutant.fault, 0) + 1
+    for node, fault, mutated in found:
+        text = module.deep_replace(node, mutated).code
+        if text == source or text in seen:  # no change, or the same mutant by another idiom
+            continue
+        seen.add(text)
+        compile(text, path, "exec")  # an operator that writes invalid Python is a bug here
+        count[fault] = count.get(fault, 0) + 1
+        span = positions[node]
+        node_span = (
+            offset_of(source, span.start.line, span.start.column),
+            offset_of(source, span.end.line, span.end.column),
+        )
+        start, end, replacement = changed_span(source, text, node_span)
+        diff = difflib.unified_diff(
+            source.splitlines(), text.splitlines(), f"a/{path}", f"b/{path}", n=1, lineterm=""
+        )
+        made.append(
+            SiteMutant(
+                name=f"{module_name}.{qualname}__{fault}_{count[fault]}",
+                fault=fault,
+                module=module_name,
+                qualname=qualname,
+                path=path,
+                start=line_column(source, start),
+                end=line_column(source, end),
+                replacement=replacement,
+                diff="\n".join(diff),
+                source=text,
+            )
+        )
     return made
 
 
@@ -200,12 +237,41 @@ def live_function(module_name: str, qualname: str) -> types.FunctionType:
         obj = vars(obj)[part] if isinstance(obj, type) and part in vars(obj) else getattr(obj, part)
     obj = getattr(obj, "__func__", obj)  # staticmethod, classmethod
     obj = getattr(obj, "fget", obj)  # property
-    while not (isinstance(obj, types.FunctionType) and obj.__code__.co_qualname == qualname):
+    found = unwrapped(obj, qualname)
+    if found is None:
+        raise LookupError(f"{module_name}.{qualname} is wrapped by {obj!r}, which does not expose it")
+    return found
+
+
+def unwrapped(obj: object, qualname: str) -> types.FunctionType | None:
+    """The function of ``qualname`` under the wrappers around it: ``obj`` itself, what a wrapper
+    names in ``__wrapped__``, or a function a wrapper keeps in its closure (decorators that do not
+    set ``__wrapped__``: an ``__init__`` replaced by one that calls the original, or a function
+    turned into a callable module whose ``forward`` calls it)."""
+    queue, seen = [obj], set()
+    while queue and len(seen) < 64:
+        obj = queue.pop(0)
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):
+            if obj.__code__.co_qualname == qualname:
+                return obj
+            queue += [cell.cell_contents for cell in obj.__closure__ or () if cell_filled(cell)]
         wrapped = getattr(obj, "__wrapped__", None)
-        if wrapped is None:
-            raise LookupError(f"{module_name}.{qualname} is wrapped by {obj!r}, which does not expose it")
-        obj = wrapped
-    return obj
+        if wrapped is not None:
+            queue.append(wrapped)
+        if not isinstance(obj, (types.FunctionType, type)):
+            methods = vars(type(obj))
+            queue += [methods[name] for name in ("forward", "__call__") if name in methods]
+    return None
+
+
+def cell_filled(cell: types.CellType) -> bool:
+    try:
+        return cell.cell_contents is not cell
+    except ValueError:  # a closure variable not bound yet
+        return False
 
 
 def install(mutant: dict) -> None:
