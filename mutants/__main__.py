@@ -120,7 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "table", help="gather the conformance campaigns' tables into docs/explanation/conformance.md"
     )
+    commands.add_parser(
+        "recall", help="measure the operators on mutants/corpus/ into docs/reference/faults.md"
+    )
     args = parser.parse_args(argv)
+    if args.command == "recall":
+        from .recall import main as recall_main
+
+        return recall_main()
     if args.command == "table":
         from .table import main as table_main
 

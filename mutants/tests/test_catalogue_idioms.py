@@ -345,6 +345,9 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("x = F.pad(x, (0, padding_length))", "F17"),  # padding a tensor, not a padding mask
         ("i = torch.arange(0, d, 2)", "F12"),  # RoPE's frequencies, not positions after an offset
         ("p = torch.arange(tk - tq, tk)", "F12"),  # bottom-right alignment, not a cache offset
+        ("n = torch.arange(start_n, min(start_n + BLOCK_N, hi))", "F12"),  # a tile's offsets
+        ("causal = torch.ones(t, t, dtype=torch.bool).triu(1)", "F19"),  # a mask named causal
+        ("causal = q_idx >= kv_idx", "F19"),
         ("y = x * cos + x * sin", "F7"),  # no rotation
         ("w = a * cos_sim + b", "F7"),
         ("y = attend(q, k, v, is_causal=True)", "F19"),  # F1's: a mask literally never applied

@@ -871,6 +871,8 @@ def operator_arange_from_zero(node: cst.Call) -> Iterator[cst.CSTNode]:
         and stop.left.deep_equals(start)
     ):
         count: cst.BaseExpression = stop.right
+    elif words(start) & OFFSET_WORDS == {"start"} or isinstance(stop, cst.Call):
+        return  # a tile's offsets, arange(start_n, min(start_n + BLOCK_N, n)), are no positions
     else:
         count = cst.BinaryOperation(left=stop, operator=cst.Subtract(), right=start)
     yield node.with_changes(args=[args[1].with_changes(value=count), *node.args[2:]])
@@ -1024,7 +1026,11 @@ def operator_causal_flag_lost(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield replace_arg(node, arg, cst.Name("False"))
     elif isinstance(node, cst.Assign) and len(node.targets) == 1:
         target = node.targets[0].target
-        if func_name(target) in CAUSAL_KEYWORDS and not m.matches(node.value, m.Name("False")):
+        if (
+            func_name(target) in CAUSAL_KEYWORDS
+            and isinstance(node.value, (cst.Name, cst.Attribute, cst.UnaryOperation))
+            and not m.matches(node.value, m.Name("False"))
+        ):  # a flag (True, config.is_decoder, not bidirectional), not a mask named causal
             yield node.with_changes(value=cst.Name("False"))
 
 

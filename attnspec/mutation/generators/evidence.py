@@ -27,23 +27,24 @@ from .sites import function_spans
 
 # Each fault's evidence: alternatives, each a set of words that must all be on one line of code.
 # A word is a lower-case part of an identifier (catalogue.name_words: attention_mask -> attention, mask),
-# or, after "=", a whole identifier (=attention_mask).
+# after "=", a whole identifier (=attention_mask), or one of the operators "+", "%", "//" and "(" (a call).
 ROTATION = ({"rope"}, {"rotary"}, {"rotate"}, {"cos", "sin"}, {"freqs", "cis"})
 WINDOW = ({"window"}, {"sliding"})
 WINDOWED_CACHE = ({"cache", "window"}, {"cache", "sliding"})
 CAUSAL = ({"causal"},)
 EVIDENCE: dict[str, tuple[set[str], ...]] = {
-    "F1": ({"masked", "fill"}, {"inf"}, {"finfo", "min"}, {"mask", "where"}),
+    "F1": ({"masked", "fill"}, {"inf"}, {"finfo", "min"}, {"mask", "where"}, {"block", "mask"}),
     "F2": ({"tril"}, {"triu"}, {"causal"}),
-    "F3": ({"scale"}, {"scaling"}, {"sqrt"}),
+    # a fused call scales by 1/sqrt(d) itself
+    "F3": ({"scale"}, {"scaling"}, {"sqrt"}, {"scaled", "dot", "product"}, {"flex", "attention"}),
     # a head split or merge: n_head, head_dim (a per-head table's n_heads alone, e.g. sinks.view(1, n_heads,
     # 1, 1), is no split)
     "F4": tuple({verb, "head"} for verb in ("view", "reshape", "transpose", "rearrange")),
-    "F5": ({"residual"},),
-    "F6": ({"norm", "attn"}, {"norm", "attention"}, {"ln", "attn"}, {"layernorm"}),
+    "F5": ({"residual"}, {"+", "hidden"}, {"+", "attn"}, {"+", "attention"}, {"+", "mlp"}),
+    "F6": ({"norm", "attn"}, {"norm", "attention"}, {"ln"}, {"layernorm"}, {"norm", "hidden"}),
     "F7": ROTATION,
     "F8": ({"window", "layer"}, {"sliding", "layer"}),
-    "F9": ({"heads", "divisible"}, {"kv", "heads", "assert"}, {"kv", "heads", "raise"}),
+    "F9": ({"heads", "divisible"}, {"kv", "heads", "assert"}, {"kv", "heads", "raise"}, {"%", "heads"}),
     "F10": ({"sink"}, {"sinks"}),
     "F11": WINDOWED_CACHE,
     "F12": tuple(
@@ -53,11 +54,19 @@ EVIDENCE: dict[str, tuple[set[str], ...]] = {
     ),
     "F13": ({"cache", "k", "v"}, {"cache", "key", "value"}, {"past", "key", "value"}),
     "F14": ({"softmax"},),
-    "F15": ({"repeat", "interleave"}, {"repeat", "kv"}, {"rep"}, {"kv", "groups"}, {"expand", "kv"}),
+    "F15": (
+        {"repeat", "interleave"},
+        {"repeat", "kv"},
+        {"rep"},
+        {"kv", "groups"},
+        {"expand", "kv"},
+        {"kv", "head", "//"},
+    ),
     "F16": WINDOW,
     "F17": ({"padding"}, {"pads"}, {"pad", "mask"}, {"=attention_mask"}),
     "F18": ({"mask", "cache"}, {"mask", "past"}),
-    "F19": ({"is", "causal"}, {"causal", "self"}),
+    # a flag handed to attention: _attn_fwd(q, k, v, causal), attention(q, k, v, causal)
+    "F19": ({"is", "causal"}, {"causal", "self"}, {"causal", "attn", "("}, {"causal", "attention", "("}),
     "F20": WINDOWED_CACHE,
     "F21": ({"dropout", "training"},),  # a dropout module switches itself off in eval
     "F22": ({"softcap"}, {"soft", "cap"}, {"logit", "cap"}),
@@ -92,6 +101,10 @@ def code_lines(source: str) -> dict[int, set[str]]:
         if token.type == tokenize.OP:
             depth += token.string in "([{"
             depth -= token.string in ")]}"
+            if token.string in ("+", "%", "//", "(") and any(
+                first <= token.start[0] <= last for first, last in bodies
+            ):
+                lines.setdefault(token.start[0], set()).add(token.string)  # a sum, a modulo, a call
             continue
         if (
             token.type != tokenize.NAME
