@@ -30,6 +30,7 @@ from attnspec.mutation.generators.catalogue import FAULTS
 from attnspec.mutation.generators.evidence import evidence
 from attnspec.mutation.generators.sites import mutants_in
 
+from . import table
 from .conformance import REPO_ROOT
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -158,18 +159,12 @@ def render(rows: dict[str, Row]) -> str:
 
 
 def page_block(text: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"the page has no recall table markers ({BEGIN} ... {END})")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return table.page_block(text, BEGIN, END)
 
 
 def main() -> int:
     rows = measure()
-    text = PAGE.read_text(encoding="utf-8")
-    page_block(text)
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    PAGE.write_text(f"{head}{BEGIN}\n{render(rows)}\n{END}{tail}", encoding="utf-8")
+    table.write_block(PAGE, render(rows), BEGIN, END)
     for fault, row in rows.items():
         for kind, where in (("missed", row.missed), ("stray", row.stray), ("hidden", row.hidden)):
             if where:

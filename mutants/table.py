@@ -72,11 +72,19 @@ def render(table: dict) -> str:
     return "\n".join(lines)
 
 
-def page_block(text: str) -> str:
-    """What lies between the PAGE's markers."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"the PAGE has no conformance table markers ({BEGIN} ... {END})")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+def page_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    """What lies between a page's two markers (by default the conformance table's)."""
+    if begin not in text or end not in text:
+        raise ValueError(f"the page has no table markers ({begin} ... {end})")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def write_block(page: Path, block: str, begin: str = BEGIN, end: str = END) -> None:
+    """Put ``block`` between the page's two markers."""
+    text = page.read_text(encoding="utf-8")
+    page_block(text, begin, end)
+    head, rest = text.split(begin, 1)
+    page.write_text(f"{head}{begin}\n{block}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
 
 
 def gather(reports: Path) -> dict:
@@ -99,9 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"table not written: {error}", file=sys.stderr)
         return 1
     TABLE_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    text = PAGE.read_text(encoding="utf-8")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    PAGE.write_text(f"{head}{BEGIN}\n{render(table)}\n{END}{tail}", encoding="utf-8")
+    write_block(PAGE, render(table))
     print(f"wrote {TABLE_FILE.relative_to(REPO_ROOT)} and the PAGE's table")
     return 0
