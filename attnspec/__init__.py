@@ -3,7 +3,9 @@
 The kit's packages are ``attnspec.impl`` (the reference implementation), ``attnspec.specs``
 (requirements and the float64 oracle) and ``attnspec.properties`` (the properties, and the
 target protocol in ``attnspec.properties.targets``); ``attnspec check`` runs the properties
-against your own attention code, ``attnspec conventions`` prints the conventions they hold it to.
+against your own attention code, ``attnspec conventions`` prints the conventions they hold it to,
+and ``attnspec.check(target, *properties)`` runs some of the properties from your own tests
+(attnspec/api.py).
 
 PYTEST_DONT_REWRITE: attnspec is a pytest plugin's distribution (attnspec/pytest_plugin.py), whose
 package pytest marks for assertion rewriting when it starts; `attnspec check` imports it first.
@@ -32,3 +34,13 @@ def conventions_path() -> Path:
 def conventions() -> str:
     """The text of CONVENTIONS.md (what `attnspec conventions` prints)."""
     return conventions_path().read_text(encoding="utf-8")
+
+
+def __getattr__(name: str) -> object:
+    """``check``, ``PropertyFailed`` and ``NotChecked`` (attnspec/api.py), imported when first used:
+    ``import attnspec`` alone imports neither torch nor pytest."""
+    if name in ("check", "PropertyFailed", "NotChecked"):
+        from attnspec import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'attnspec' has no attribute {name!r}")

@@ -66,6 +66,7 @@ CAPABILITIES = {
     "layer": "a whole attention layer, checked against the oracle layer built from its parameters (layer())",
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
+    "sizes": "the layer refuses, when built, sizes it cannot compute (Hq % Hkv != 0, an odd RoPE head size)",
     "module": "a module or block x (B, T, D) -> (B, T, D), or a model tokens (B, T) -> logits (B, T, V)",
     "chunks": "the module decodes in chunks: decode(x, chunks), x run chunk by chunk from position 0",
     "no_positions": "the module adds no positions: output i ignores the order of tokens 0..i-1",

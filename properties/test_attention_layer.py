@@ -13,7 +13,9 @@ impl's own AttentionBlock is the "impl" target's layer.
 from __future__ import annotations
 
 import functools
+import traceback
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,6 +41,7 @@ from attnspec.properties.targets import Layer, LayerSpec, current
 from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
+KIT = Path(__file__).resolve().parent  # the kit's properties: an error raised here is not a refusal
 # A layer's mods are evaluated at its tokens' positions from 0, whatever its offset: they must depend on
 # distances alone (laws.py), as every mod of a layer with RoPE's offsets does.
 pytestmark = [pytest.mark.needs("layer"), pytest.mark.law("relative")]
@@ -156,6 +159,54 @@ def test_layer_matches_the_oracle_layer(device, data):
     ref_lowp = lowp_oracle(x, keywords, case.spec.dtype)
     assert out.dtype == x.dtype and out.device == x.device, f"out is {out.dtype} on {out.device}"
     assert_layer_golden(out, golden, ref_lowp, f"{TARGET.name} layer vs oracle layer", x, **keywords)
+
+
+# --------------------------------------------------------------------------- LAYER-2
+
+
+def impossible_specs(spec: LayerSpec, rope: bool) -> dict[str, LayerSpec]:
+    """What the layer of ``spec`` (valid) cannot be built as, by the target's declarations: Hq not a
+    multiple of Hkv (with gqa), an odd head size (with RoPE, unless head_dims rules it out), a width
+    that is not Hq times the head size (with tied_width)."""
+    bad = {}
+    if TARGET.supports("gqa") and not TARGET.heads:
+        bad["3 query heads over 2 KV heads"] = replace(
+            spec, n_heads=3, n_kv_heads=2, d_model=TARGET.layer_width(3, spec.head_dim, 3 * spec.head_dim)
+        )
+    if rope and not TARGET.head_dims:
+        width = TARGET.layer_width(spec.n_heads, 3, spec.n_heads * 3)
+        bad["a head size of 3 under RoPE"] = replace(spec, head_dim=3, d_model=width)
+    if TARGET.tied_width:
+        bad["a width of Hq * head size + 1"] = replace(spec, d_model=spec.n_heads * spec.head_dim + 1)
+    return bad
+
+
+def raised_by_the_kit(error: BaseException) -> bool:
+    """Whether ``error`` came from the kit's own code (reading the parameters of a layer that was
+    built), not from the target's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(KIT)
+
+
+@pytest.mark.req("LAYER-2")
+@pytest.mark.needs("sizes")
+@given(data=st.data())
+def test_a_layer_refuses_sizes_it_cannot_compute_when_built(device, data):
+    case = data.draw(layer_cases((torch.float32,)), label="case")
+    spec = replace(case.spec, device=device)
+    bad = impossible_specs(spec, TARGET.layer(spec).rope)
+    if not bad:
+        pytest.skip(f"{TARGET.name} declares sizes, but its declarations leave no impossible size to build")
+    for what, impossible in bad.items():
+        try:
+            TARGET.layer(impossible)
+        except Exception as error:  # the layer refused: the point, unless the kit raised it
+            assert not raised_by_the_kit(error), (
+                f"{TARGET.name} built a layer for {what} ({impossible}); its parameters then fit no "
+                f"spec: {error}"
+            )
+        else:
+            raise AssertionError(f"{TARGET.name} built a layer for {what} ({impossible}) without an error")
 
 
 # --------------------------------------------------------------------------- CACHE-1

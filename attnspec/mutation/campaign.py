@@ -42,7 +42,7 @@ from pathlib import Path
 
 from attnspec.pytest_plugin import importable_name
 
-from . import history
+from . import history, suggest
 from .engine import CLEAN_TIMEOUT_S
 from .generators.catalogue import FAULTS
 from .generators.evidence import evidence
@@ -57,6 +57,7 @@ from .triage import TriageError, inline
 from .watch import Watch, engine_env, interrupted, log_tail
 
 RESULTS = "mutation-results.json"
+FAULT_ORDER = [fault.id for fault in FAULTS]
 WORKSPACE_PREFIX = "attnspec-mutate-"  # a campaign's temporary folder, in the system's temp folder
 STALE_AFTER_S = 60.0  # a workspace this old whose lock is free has no campaign left
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env"}
@@ -94,6 +95,8 @@ class Settings:
     github: bool = False  # print the annotations (also when GITHUB_ACTIONS is set)
     table: bool = False  # write fault-table.json (the repository's conformance table)
     clean_timeout_s: float = CLEAN_TIMEOUT_S  # a test of the clean run running longer stops the campaign
+    suggest_targets: tuple[str, ...] = ()  # --impl beside a test command: the targets suggest.py runs
+    kill_matrix: bool = True  # the kit's campaign fills the kill matrix (else: each mutant's first killer)
 
     @property
     def strict(self) -> bool:
@@ -140,6 +143,28 @@ def adapter_sources(name: str) -> list[Source]:
             Source(module, file, set(only.split(",")) if only else None, module.replace(".", "/") + ".py")
         )
     return found
+
+
+def check_target_name(name: str, cwd: Path) -> None:
+    """A CampaignError unless ``name`` is a built-in adapter or ``module:object`` whose module can be
+    found from ``cwd`` (found, not imported: the engine imports the user's code, this process does not)."""
+    from attnspec.properties import targets
+
+    module, colon, obj = name.partition(":")
+    if name in targets.ADAPTERS:
+        return
+    if not colon or not module or not obj:
+        known = ", ".join(targets.ADAPTERS)
+        raise CampaignError(f"--impl {name}: give module:OBJ (what attnspec check takes) or one of {known}")
+    sys.path.insert(0, str(cwd))
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    finally:
+        sys.path.remove(str(cwd))
+    if found is None:
+        raise CampaignError(f"--impl {name}: no module {module} importable from {cwd}")
 
 
 def file_source(file: str, cwd: Path) -> Source:
@@ -281,7 +306,7 @@ def write_plan(
         "cwd": str(settings.cwd),
         "suite": settings.suite,
         "workers": max(1, settings.workers),
-        "matrix": settings.suite == "kit",
+        "matrix": settings.suite == "kit" and settings.kill_matrix,
         "min_timeout_s": 60.0 if settings.suite == "kit" else 30.0,
         "clean_timeout_s": settings.clean_timeout_s,
         "incremental": settings.incremental,
@@ -366,11 +391,8 @@ def git_prefix(cwd: Path) -> str:
     return "" if relative == "." else Path(relative).as_posix()
 
 
-def write_reports(
-    settings: Settings, mutants: list[SiteMutant], texts: dict[str, str], results: dict, wall_s: float
-) -> int:
-    out_dir = settings.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
+def triage_of(settings: Settings, texts: dict[str, str], mutants: list[SiteMutant]) -> dict:
+    """The triage file's entries and the sources' inline triage comments, by mutant."""
     triage = dict(settings.triage)
     shown = [
         Mutant(name=m.name, path=m.path, operator=m.fault, status="", start=m.start, end=m.end)
@@ -380,6 +402,20 @@ def write_reports(
         triage.update(inline(texts, shown))
     except TriageError as error:
         raise CampaignError(str(error)) from None
+    return triage
+
+
+def write_reports(
+    settings: Settings,
+    mutants: list[SiteMutant],
+    texts: dict[str, str],
+    results: dict,
+    wall_s: float,
+    triage: dict,
+    suggested: list[str] | None = None,
+) -> int:
+    out_dir = settings.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
     reported = report_mutants(mutants, results, triage)
     durations = {test: entry["duration"] for test, entry in results["tests"].items()}
     phases = results["phases"]
@@ -421,6 +457,8 @@ def write_reports(
     if settings.suite == "kit":
         cells, paths = kill_cells(failures_by_fault(reported, results))
         text += "\n\n" + write_matrix(cells, paths, out_dir, settings.cwd, requirements)
+    if suggested:
+        text += "\n" + "\n".join(suggested)
     (out_dir / "junit.xml").write_text(
         junit_xml(settings.title, reported, rows, triage, wall_s, settings.strict)
     )
@@ -552,6 +590,53 @@ def _run(settings: Settings, started: float) -> int:
     faults = ", ".join(f.id for f in FAULTS if any(m.fault == f.id for m in mutants))
     scope = f" (functions changed since {settings.since})" if settings.since else ""
     print(f"{settings.name}: {len(mutants)} catalogue mutants of {faults} in {files}{scope}", flush=True)
+    results = run_engine(settings, mutants, functions, context, started)
+    triage = triage_of(settings, texts, mutants)
+    suggested = suggestions(settings, mutants, functions, context, results, triage, texts)
+    return write_reports(settings, mutants, texts, results, time.monotonic() - started, triage, suggested)
+
+
+def suggestions(
+    settings: Settings,
+    mutants: list[SiteMutant],
+    functions: dict,
+    context: str,
+    results: dict,
+    triage: dict,
+    texts: dict[str, str],
+) -> list[str]:
+    """The summary's lines on the tests that would kill the survivors (suggest.py); with targets,
+    test_suggested.py written into the reports' folder."""
+    if not settings.strict:
+        return []
+    left = suggest.survivors(mutants, results, triage)
+    if not settings.suggest_targets:
+        return suggest.without_target(sorted({m.fault for m in left}, key=lambda f: FAULT_ORDER.index(f)))
+    if not left:
+        return []
+
+    def run_kit(kit: Settings, pending: list[SiteMutant]) -> dict:
+        return run_engine(kit, pending, functions, context, time.monotonic())
+
+    found, notes = suggest.find(settings, left, run_kit)
+    written = None
+    if any(s.checks for s in found):
+        where = {m.name: [f"{m.path}:{line}" for line in m.lines] for m in mutants}
+        command = "attnspec mutate " + " ".join(
+            [*(s.shown for s in settings.sources), *(f"--impl {t}" for t in settings.suggest_targets)]
+        )
+        path = settings.out_dir / suggest.FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(suggest.module_text(found, f"{command} -- {settings.name}", where), encoding="utf-8")
+        written = str(path.relative_to(settings.cwd) if path.is_relative_to(settings.cwd) else path)
+    return suggest.summary_lines(found, notes, written)
+
+
+def run_engine(
+    settings: Settings, mutants: list[SiteMutant], functions: dict, context: str, started: float
+) -> dict:
+    """The engine's results for ``mutants`` under the settings' test source, run in a workspace of
+    their own (removed afterwards, also on an interrupt)."""
     previous = signal.signal(signal.SIGTERM, interrupted)
     # the workspace is made with interrupts held back until the try below owns it: one that came in
     # between would leave it behind
@@ -574,7 +659,7 @@ def _run(settings: Settings, started: float) -> int:
         if code != 0 or "error" in results or not results:
             why = results.get("error") or f"the engine exited with {code}"
             raise CampaignError(f"{why}; last lines of its log:\n{log_tail(log)}")
-        return write_reports(settings, mutants, texts, results, time.monotonic() - started)
+        return results
     finally:
         signal.signal(signal.SIGTERM, previous)
         if settings.keep:

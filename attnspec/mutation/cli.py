@@ -8,6 +8,12 @@ mutant only against the tests that execute its lines; any other command (one tha
 when a test fails) runs once per mutant.  With `--kit --impl module:OBJ` the kit's properties are
 the tests instead (a built-in adapter brings its own SOURCE files).
 
+With `--impl module:OBJ` beside a test command (the object `attnspec check` takes; repeat --impl for
+more targets), your command still judges every mutant; then the kit's properties run against the target
+with each survivor swapped in, and the ones that kill it are written into test_suggested.py in --out,
+one test per fault, each calling `attnspec.check(TARGET, PROPERTY...)`.  Add that file to your tests
+and the same campaign kills those faults.
+
 Per fault: killed (by which test), survived (with the diff), no site, not exercised (no test runs
 the mutated lines; counted as surviving).  A survivor you know is equivalent is triaged in your
 source, on its line or the comment line above it:
@@ -48,7 +54,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
     mutate.add_argument("sources", nargs="*", metavar="SOURCE", help="the Python files to mutate")
     mutate.add_argument("--kit", action="store_true", help="the kit's properties are the tests (with --impl)")
     mutate.add_argument(
-        "--impl", help="with --kit: the target the properties run against (module:OBJ or an adapter)"
+        "--impl",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="the target the kit's properties run against (module:OBJ or an adapter): with --kit, the "
+        "tests; beside a test command (repeatable), the source of test_suggested.py",
     )
     mutate.add_argument(
         "-k", dest="select", default="", help="with --kit: only the properties pytest -k selects"
@@ -117,22 +128,25 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
     if args.kit:
         if command:
             parser.error("--kit runs the kit's properties: give no test command")
-        if not args.impl:
-            parser.error("--kit needs --impl module:OBJ, the target the properties run against")
+        if len(args.impl) != 1:
+            parser.error("--kit needs one --impl module:OBJ, the target the properties run against")
+        impl = args.impl[0]
         if args.sources:
             sys.path.insert(0, str(cwd))
             sources = [campaign.file_source(s, cwd) for s in args.sources]
         else:
-            sources = campaign.adapter_sources(args.impl)
-        suite, arguments, name = "kit", [], args.impl
+            sources = campaign.adapter_sources(impl)
+        suite, arguments, name = "kit", [], impl
     else:
-        if args.impl or args.select:
-            parser.error("--impl and -k go with --kit")
+        if args.select:
+            parser.error("-k goes with --kit")
         if not command:
             parser.error("give the test command after --, e.g. attnspec mutate attention.py -- pytest tests")
         if not args.sources:
             parser.error("name the SOURCE files to mutate")
         sources = [campaign.file_source(s, cwd) for s in args.sources]
+        for target in args.impl:
+            campaign.check_target_name(target, cwd)
         found = pytest_arguments(command)
         suite, arguments, name = (
             ("pytest", found, " ".join(command))
@@ -154,7 +168,8 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         suite=suite,
         arguments=arguments,
         out_dir=(cwd / args.out).resolve(),
-        impl=args.impl or "",
+        impl=args.impl[0] if args.kit else "",
+        suggest_targets=() if args.kit else tuple(args.impl),
         workers=args.workers,
         select=args.select,
         triage=triage,

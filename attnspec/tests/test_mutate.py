@@ -85,6 +85,42 @@ def test_shapes_only_tests_let_faults_survive_and_strong_ones_kill_them_all(camp
     killed = re.findall(r"^  (F\d+)\s+killed", strong.stdout, re.M)
     assert set(survived) <= set(killed)
     assert re.search(r"killed by tests/test_strong\.py::", strong.stdout)
+    # without a target, each survivor is told what would let the kit see it
+    seen = dict(re.findall(r"^  (F\d+)\s+through (.+)$", shapes.stdout, re.M))
+    assert set(seen) == set(survived) and "--impl module:OBJ" in shapes.stdout, shapes.stdout
+    assert seen["F3"].startswith("the attention core"), seen
+
+
+TARGETS = ("--impl", "attnspec_target:ATTENTION", "--impl", "attnspec_target:BLOCK")
+
+
+def test_with_its_targets_every_survivor_gets_the_test_that_kills_it_and_with_them_none_survives(tmp_path):
+    project = copy_project(tmp_path)
+    shapes = ("--", "pytest", "tests/test_shapes.py")
+    before = mutate(project, tmp_path, "attention.py", *TARGETS, *shapes)
+    assert before.returncode == 1, before.stdout[-3000:] + before.stderr[-3000:]
+    survived = re.findall(r"^  (F\d+)\s+survived", before.stdout, re.M)
+    section = before.stdout.split("the test that kills each survivor:\n", 1)[1]
+    named = dict(re.findall(r"^  (F\d+)\s+(test_F\d+_\w+) kills it: [A-Z]+-\d+ ", section, re.M))
+    assert len(survived) >= 15 and set(named) == set(survived), section
+    assert "not killed" not in section and "written to attnspec-mutation/test_suggested.py" in section
+    suggested = (project / "attnspec-mutation" / "test_suggested.py").read_text()
+    for fault, test in named.items():
+        assert f"\ndef {test}():\n    \"\"\"{fault}, " in suggested
+    assert suggested.count("attnspec.check(") >= len(named)
+    shutil.copy(project / "attnspec-mutation" / "test_suggested.py", project / "tests")
+    after = mutate(project, tmp_path, "attention.py", *TARGETS, *shapes, "tests/test_suggested.py")
+    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
+    assert "gate: passed" in after.stdout and "the test that kills each survivor" not in after.stdout
+    assert left_in(tmp_path) == ["project"]  # the kit's campaigns removed their workspaces too
+
+
+def test_a_target_that_cannot_be_found_stops_the_campaign_before_it_runs(tmp_path):
+    project = copy_project(tmp_path)
+    for target, said in (("nosuch:X", "no module nosuch importable"), ("nosuch", "give module:OBJ")):
+        command = ("attention.py", "--impl", target, "--", "pytest", "tests/test_shapes.py")
+        done = mutate(project, tmp_path, *command)
+        assert done.returncode == 2 and f"NOT RUN: --impl {target}: {said}" in done.stderr, done.stderr
 
 
 def test_the_users_files_are_untouched_and_nothing_is_left_behind(campaigns):
