@@ -33,6 +33,7 @@ class Suggestion:
     requirements: list[str] = field(default_factory=list)
     killed: list[str] = field(default_factory=list)  # the survivors the properties kill
     missed: list[str] = field(default_factory=list)  # those no property killed on any target
+    unreached: bool = True  # no target ran a line of the missed ones (else one ran them and passed)
 
     @property
     def test(self) -> str:
@@ -68,6 +69,7 @@ def find(settings, left: list[SiteMutant], run_kit) -> tuple[list[Suggestion], l
 
     killers: dict[str, tuple[str, list[str], str]] = {}  # mutant -> (property, requirements, target)
     tried: set[str] = set()  # the survivors some target's kit campaign ran
+    reached: set[str] = set()  # those whose lines some target ran
     notes = []
     for target in settings.suggest_targets:
         pending = [m for m in left if m.name not in killers]
@@ -94,6 +96,8 @@ def find(settings, left: list[SiteMutant], run_kit) -> tuple[list[Suggestion], l
             continue
         tried.update(m.name for m in pending)
         for name, entry in results["mutants"].items():
+            if entry.get("status") != "NoCoverage":
+                reached.add(name)
             failures = entry.get("failures") or []
             if entry.get("status") == "Killed" and failures:
                 test, requirements = chosen(failures, FAULTS_BY_ID[entry["fault"]].kills)
@@ -104,6 +108,7 @@ def find(settings, left: list[SiteMutant], run_kit) -> tuple[list[Suggestion], l
         if mutant.name not in killers:
             if mutant.name in tried:
                 suggestion.missed.append(mutant.name)
+                suggestion.unreached &= mutant.name not in reached
             continue
         prop, requirements, target = killers[mutant.name]
         checks = suggestion.checks.setdefault(target, [])
@@ -168,11 +173,13 @@ def summary_lines(suggestions: list[Suggestion], notes: list[str], written: str 
             why = f": {first} {statement(first, STATEMENT_CHARS)}" if first else ""
             out.append(f"  {fault.id:<4} {suggestion.test} kills it{why}")
         if suggestion.missed:
-            some = "" if not suggestion.checks else f"{len(suggestion.missed)} of its mutants "
-            out.append(
-                f"  {fault.id:<4} {some}not killed by the kit's properties on the target: the kit reaches it "
-                f"through {fault.reached_through}"
+            some = "" if not suggestion.checks else f"{len(suggestion.missed)} of its mutants: "
+            how = (
+                "the target runs none of its lines"
+                if suggestion.unreached
+                else "the target runs it, and no property the target can run detects it"
             )
+            out.append(f"  {fault.id:<4} {some}{how}: the kit sees it through {fault.reached_through}")
     if written:
         out.append(f"written to {written}: add it to your tests, and this campaign kills those faults")
     return out
