@@ -590,8 +590,8 @@ def _run(settings: Settings, started: float) -> int:
     faults = ", ".join(f.id for f in FAULTS if any(m.fault == f.id for m in mutants))
     scope = f" (functions changed since {settings.since})" if settings.since else ""
     print(f"{settings.name}: {len(mutants)} catalogue mutants of {faults} in {files}{scope}", flush=True)
+    triage = triage_of(settings, texts, mutants)  # a malformed comment stops it before anything runs
     results = run_engine(settings, mutants, functions, context, started)
-    triage = triage_of(settings, texts, mutants)
     suggested = suggestions(settings, mutants, functions, context, results, triage, texts)
     return write_reports(settings, mutants, texts, results, time.monotonic() - started, triage, suggested)
 
@@ -621,7 +621,7 @@ def suggestions(
     found, notes = suggest.find(settings, left, run_kit)
     written = None
     if any(s.checks for s in found):
-        where = {m.name: [f"{m.path}:{line}" for line in m.lines] for m in mutants}
+        where = {m.name: f"{m.path}:{m.lines[0]}" for m in mutants}
         command = "attnspec mutate " + " ".join(
             [*(s.shown for s in settings.sources), *(f"--impl {t}" for t in settings.suggest_targets)]
         )

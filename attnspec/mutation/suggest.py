@@ -128,8 +128,8 @@ def statement(requirement: str, width: int | None = None) -> str:
     return text if width is None or len(text) <= width else text[: width - 3] + "..."
 
 
-def module_text(suggestions: list[Suggestion], command: str, where: dict[str, list[str]]) -> str:
-    """test_suggested.py: one test per fault some property kills.  ``where``: mutant -> its lines."""
+def module_text(suggestions: list[Suggestion], command: str, where: dict[str, str]) -> str:
+    """test_suggested.py: one test per fault some property kills.  ``where``: mutant -> file:line."""
     out = [
         '"""Tests for the faults your tests let survive, written by attnspec mutate:',
         "",
@@ -145,7 +145,7 @@ def module_text(suggestions: list[Suggestion], command: str, where: dict[str, li
         if not suggestion.checks:
             continue
         fault = FAULTS_BY_ID[suggestion.fault]
-        lines = sorted({line for name in suggestion.killed for line in where.get(name, [])})
+        lines = sorted({where[name] for name in suggestion.killed if name in where})
         out += ["", "", f"def {suggestion.test}():"]
         out.append(f'    """{fault.id}, {fault.description}: survived at {", ".join(lines)}.')
         for requirement in suggestion.requirements:

@@ -20,6 +20,8 @@ import re
 import tomllib
 from pathlib import Path
 
+from .generators.annotations import ANNOTATION
+
 INLINE = re.compile(r"#\s*attnspec:\s*equivalent\s+(?P<fault>F\d+)\s*(?:--|—|:)\s*(?P<reason>.+?)\s*$")
 MALFORMED = re.compile(r"#\s*attnspec:")
 
@@ -60,13 +62,13 @@ def inline_comments(text: str) -> dict[int, tuple[str, str]]:
     one but does not parse is an error (a typo must not silently triage nothing)."""
     found = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        if "attnspec:" not in line or not MALFORMED.search(line):
-            continue
+        if "attnspec:" not in line or not MALFORMED.search(line) or ANNOTATION.search(line):
+            continue  # a site annotation (generators/annotations.py) is no triage
         match = INLINE.search(line)
         if match is None:
             raise TriageError(
-                f"line {number}: a triage comment reads `# attnspec: equivalent F<n> -- reason`, "
-                f"got {line.strip()!r}"
+                f"line {number}: an attnspec comment reads `# attnspec: equivalent F<n> -- reason` (triage) "
+                f"or `# attnspec: site F<n>` (a fault's site), got {line.strip()!r}"
             )
         found[number] = (match["fault"], match["reason"])
     return found

@@ -250,6 +250,12 @@ def summary_text(
     )
     if stale:
         out += ["", "triage entries that match no survivor (remove them): " + ", ".join(stale)]
+    if any(untriaged(m, triage) for m in mutants if m.name in detected):
+        out += [
+            "",
+            "a survivor that cannot change what your code computes (equivalent) is triaged by a comment on "
+            "its line: `# attnspec: equivalent F<n> -- why`",
+        ]
     out += ["", f"report: {report}"]
     out.append("gate: " + ("passed" if not failures else "FAILED: " + "; ".join(failures)))
     return "\n".join(out), failures
