@@ -173,7 +173,7 @@ def test_a_comment_in_the_source_triages_a_survivor_and_its_reason_is_in_every_r
     done = mutate(
         project, tmp_path, "attention.py", "--out", "../out2", "--", "pytest", "tests/test_shapes.py"
     )
-    assert done.returncode == 2 and "a triage comment reads" in done.stderr
+    assert done.returncode == 2 and "an attnspec comment reads" in done.stderr
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -258,6 +258,20 @@ def test_any_command_is_a_test_source_and_a_line_it_never_runs_is_not_exercised(
     results = json.loads((tmp_path / "out" / "mutation-results.json").read_text())["mutants"]
     assert results["tiny.scores__F3_1"]["status"] == "Killed"
     assert results["tiny.slow_scores__F3_1"]["status"] == "NoCoverage"
+
+
+def test_a_site_annotation_beside_a_triage_comment_is_no_malformed_triage(tmp_path):
+    annotated = TINY.replace(
+        "def slow_scores(q, k, d):\n    return q * k / math.sqrt(d)",
+        "def slow_scores(q, k, d):\n    return q * k / math.sqrt(d)  # attnspec: equivalent F3 -- unused"
+        "\n\n\ndef offset_scores(q, k, d, offset):\n    return q * k + offset  # attnspec: site F12",
+    )
+    (tmp_path / "tiny.py").write_text(annotated)
+    (tmp_path / "check.py").write_text(CHECK)
+    done = mutate(tmp_path, tmp_path, "tiny.py", "--out", "out", "--", sys.executable, "check.py")
+    assert done.returncode == 1 and "NOT RUN" not in done.stderr, done.stdout + done.stderr
+    assert "triaged equivalent: tiny.slow_scores__F3_1" in done.stdout
+    assert re.search(r"^  F12 ", done.stdout, re.M), done.stdout  # the annotated line is graded
 
 
 def test_it_cannot_run_when_the_tests_fail_unmutated_or_nothing_can_be_mutated(tmp_path):

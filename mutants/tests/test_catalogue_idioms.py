@@ -37,6 +37,7 @@ def changed(code: str, fault: str) -> list[str]:
             {"w = scores.masked_fill(mask == 0, 0.0)", "w = scores"},
         ),
         ("low = torch.finfo(q.dtype).min", "F1", {"low = 0.0"}),
+        ("position_ids = position_ids.masked_fill(attention_mask == 0, 1)", "F1", set()),  # no scores
         ("m = torch.where(mask, zero, min_dtype)", "F1", {"m = torch.where(mask, zero, 0.0)"}),
         ("scores = scores + mask", "F1", {"scores = scores"}),
         ("scores += mask[None, None]", "F1", {"pass"}),
@@ -58,6 +59,12 @@ def changed(code: str, fault: str) -> list[str]:
         # F2: causal comparisons between any key-like and query-like index, tril/triu swapped
         ("return kv_idx <= q_idx", "F2", {"return kv_idx >= q_idx"}),
         ("return j <= i", "F2", {"return j >= i"}),
+        (  # Hugging Face's mask builders: key positions as an arange, query positions as cache_position
+            "m = torch.arange(target_length, device=d) > cache_position.reshape(-1, 1)",
+            "F2",
+            {"m = torch.arange(target_length, device=d) < cache_position.reshape(-1, 1)"},
+        ),
+        ("m = torch.arange(n) > limit.reshape(-1, 1)", "F2", set()),
         ("return key <= position", "F2", {"return key >= position"}),
         ("m = torch.tril(torch.ones(8, 8))", "F2", {"m = torch.triu(torch.ones(8, 8))"}),
         ("m = torch.triu(full, diagonal=1)", "F2", {"m = torch.tril(full, diagonal=-1)"}),
@@ -126,6 +133,16 @@ def changed(code: str, fault: str) -> list[str]:
             {"p = torch.arange(T, device=x.device)"},
         ),
         ("p = torch.arange(position_offset, total)", "F12", {"p = torch.arange(total - position_offset)"}),
+        # ... and the offset itself dropped where it is read from the cache (Llama, NeoX, a cache's length)
+        (
+            "past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0",
+            "F12",
+            {"past_seen_tokens = 0 if past_key_values is not None else 0"},
+        ),
+        ("offset = layer_past[0].shape[-2] if layer_past is not None else 0", "F12", {"offset = 0"}),
+        ("offset = 0 if cache is None else cache.length", "F12", {"offset = 0"}),
+        ("past_key_values = outputs.past_key_values", "F12", set()),  # the cache, not a count
+        ("offset = start_n * BLOCK_N", "F12", set()),  # a tile's offset
         # F7 written inline (Llama/NeoX) or through any rotation's name
         ("q = q * cos + rotate_half(q) * sin", "F7", {"q = q"}),
         ("k = (k * cos) + (self.rotate(k) * sin)", "F7", {"k = k"}),
@@ -136,6 +153,20 @@ def changed(code: str, fault: str) -> list[str]:
             "F13",
             {"k, v = cache.update(value_states, key_states, self.layer_idx)"},
         ),
+        # ... or kept as a pair: GPT-2's present, NeoX's layer_past, a cache class's return
+        (
+            "present = (key, value) if use_cache else None",
+            "F13",
+            {"present = (value, key) if use_cache else None"},
+        ),
+        ("past_key, past_value = layer_past", "F13", {"past_value, past_key = layer_past"}),
+        (
+            "return self.key_cache[layer_idx], self.value_cache[layer_idx]",
+            "F13",
+            {"return self.value_cache[layer_idx], self.key_cache[layer_idx]"},
+        ),
+        ("return k, v", "F13", set()),  # a projection's outputs, no cache
+        ("key, value = self.split(kv)", "F13", set()),
         # F14: the softmax axis
         (
             "w = nn.functional.softmax(scores, dim=-1, dtype=torch.float32)",
@@ -156,6 +187,13 @@ def changed(code: str, fault: str) -> list[str]:
             "F15",
             {"k = k[:, None, :, :, :].expand(b, r, h, t, d)"},
         ),
+        (  # Llama's repeat_kv: the dims after None implicit
+            "k = k[:, :, None].expand(-1, -1, n_rep, -1, -1)",
+            "F15",
+            {"k = k[:, None, :].expand(-1, n_rep, -1, -1, -1)"},
+        ),
+        ("kv_head = off_h // (H // H_KV)", "F15", {"kv_head = off_h % H_KV"}),  # a kernel's head index
+        ("group = n_heads // n_kv_heads", "F15", set()),  # the group size itself
         (
             "q = q.view(-1, self.n_kv_heads, self.n_heads // self.n_kv_heads, d)",
             "F15",
@@ -176,6 +214,11 @@ def changed(code: str, fault: str) -> list[str]:
         ),
         # F16: the window's bound off by one
         ("return kv_idx > q_idx - window", "F16", {"return kv_idx >= q_idx - window"}),
+        (
+            "m = torch.arange(target_length) <= cache_position.reshape(-1, 1) - sliding_window",
+            "F16",
+            {"m = torch.arange(target_length) < cache_position.reshape(-1, 1) - sliding_window"},
+        ),
         (
             "m = torch.tril(full, diagonal=-window)",
             "F16",

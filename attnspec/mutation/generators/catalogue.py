@@ -186,7 +186,16 @@ def query_like(node: cst.CSTNode) -> bool:
 
 
 def key_vs_query(left: cst.CSTNode, right: cst.CSTNode) -> bool:
-    return (key_like(left) and query_like(right)) or (query_like(left) and key_like(right))
+    if (key_like(left) and query_like(right)) or (query_like(left) and key_like(right)):
+        return True
+    return cache_positions_against(left, right) or cache_positions_against(right, left)
+
+
+def cache_positions_against(keys: cst.CSTNode, queries: cst.CSTNode) -> bool:
+    """Hugging Face's mask builders: the keys' positions as an arange over the key length
+    (torch.arange(target_length)) against the queries' absolute positions (cache_position)."""
+    aranges = [c for c in m.findall(keys, m.Call()) if call_name(c) == "arange"]
+    return bool(aranges) and not words(keys) & {"cache"} and {"cache", "position"} <= words(queries)
 
 
 def mentions_window(node: cst.CSTNode) -> bool:
@@ -237,8 +246,9 @@ def operator_mask_not_applied(node: cst.Call) -> Iterator[cst.CSTNode]:
             if fill_word(arg.value):
                 yield replace_arg(node, arg, ZERO)
     receiver = method_receiver(node)
-    if name in ("masked_fill", "masked_fill_") and receiver is not None:
-        yield receiver
+    positions = receiver is not None and words(receiver) & {"position", "positions", "pos"}
+    if name in ("masked_fill", "masked_fill_") and receiver is not None and not positions:
+        yield receiver  # (position ids filled where pads are: no mask of scores)
     if (
         name in ("add", "add_")
         and receiver is not None
@@ -878,6 +888,35 @@ def operator_arange_from_zero(node: cst.Call) -> Iterator[cst.CSTNode]:
     yield node.with_changes(args=[args[1].with_changes(value=count), *node.args[2:]])
 
 
+SEQ_LENGTH_CALLS = ("get_seq_length", "get_usable_length")  # a cache's count of the tokens it holds
+CACHE_WORDS = {"past", "cache", "cached", "layer", "seen", "seq", "length", "len"}
+
+
+def offset_name(node: cst.CSTNode) -> bool:
+    """offset, position_offset, past_len, past_seen_tokens, cache_length: the count of the tokens
+    before the new ones (not past_key_values, the cache itself)."""
+    w = words(node)
+    return bool(w & {"offset"}) or bool(w & {"past", "cache", "prefix"} and w & {"len", "length", "seen"})
+
+
+def operator_offset_dropped(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The tokens already in the cache not counted, so the new ones are numbered from 0:
+    cache.get_seq_length() -> 0, and offset = layer_past[0].shape[-2] if layer_past is not None
+    else 0 -> offset = 0 (an offset's name given a value read from the cache)."""
+    if isinstance(node, cst.Call) and call_name(node) in SEQ_LENGTH_CALLS:
+        yield cst.Integer("0")
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+        return
+    target, value = node.targets[0].target, node.value
+    if not isinstance(target, (cst.Name, cst.Attribute)) or not offset_name(target):
+        return
+    if literal_int(value) is not None or not words(value) & CACHE_WORDS:
+        return
+    if any(call_name(call) in SEQ_LENGTH_CALLS for call in m.findall(value, m.Call())):
+        return  # the call itself is the site
+    yield node.with_changes(value=cst.Integer("0"))
+
+
 # --- F13 ---------------------------------------------------------------------------------------
 
 
@@ -893,6 +932,47 @@ def operator_swap_cached_kv(node: cst.Call) -> Iterator[cst.CSTNode]:
     value_words = words(second.value) & {"v", "value", "values"}
     if key_words and value_words:
         yield node.with_changes(args=swap_args(list(node.args), 0))
+
+
+def cache_like(node: cst.CSTNode) -> bool:
+    """layer_past, past_key_value, present, self.key_cache[i]: something read from or kept in a cache."""
+    return bool(words(node) & {"past", "cache", "present", "cached"})
+
+
+def key_value_pair(pair: cst.BaseExpression) -> cst.Tuple | None:
+    """(k, v) of keys then values, as a tuple of two."""
+    if isinstance(pair, cst.Tuple) and len(pair.elements) == 2:
+        first, second = (e.value for e in pair.elements)
+        if key_like(first) and value_like(second) and not value_like(first) and not key_like(second):
+            return pair
+    return None
+
+
+def swapped(pair: cst.Tuple) -> cst.Tuple:
+    first, second = pair.elements
+    return pair.with_changes(
+        elements=[first.with_changes(value=second.value), second.with_changes(value=first.value)]
+    )
+
+
+def operator_cached_pair_swapped(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Keys and values swapped on their way into or out of a cache kept as a pair:
+    present = (key, value) if use_cache else None -> (value, key); past_key, past_value = layer_past
+    -> past_value, past_key; return self.key_cache[i], self.value_cache[i] -> the other way round."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0].target, node.value
+        pair = key_value_pair(target)
+        if pair is not None and cache_like(value) and not isinstance(value, cst.Call):  # update(): above
+            yield node.with_changes(targets=[node.targets[0].with_changes(target=swapped(pair))])
+        body = value.body if isinstance(value, cst.IfExp) else value
+        pair = key_value_pair(body)
+        if pair is not None and cache_like(target):
+            new = swapped(pair)
+            yield node.with_changes(value=value.with_changes(body=new) if body is not value else new)
+    if isinstance(node, cst.Return) and node.value is not None:
+        pair = key_value_pair(node.value)
+        if pair is not None and all(cache_like(e.value) for e in pair.elements):
+            yield node.with_changes(value=swapped(pair))
 
 
 # --- F17..F21: the plumbing between a model and its attention ------------------------------------
@@ -1191,7 +1271,8 @@ def operator_gqa_tile_order(node: cst.Call) -> Iterator[cst.CSTNode]:
                 i for i, e in enumerate(elements) if m.matches(e, m.SubscriptElement(m.Index(m.Name("None"))))
             ]
             args = list(node.args)
-            if len(spots) == 1 and spots[0] >= 1 and len(args) == len(elements):
+            # x[:, :, None].expand(b, h, r, t, d): the dims after the last index are implicit
+            if len(spots) == 1 and spots[0] >= 1 and len(args) >= len(elements):
                 p = spots[0]
                 moved = list(elements)
                 moved[p - 1], moved[p] = (
@@ -1352,6 +1433,17 @@ def operator_gqa_head_modulo(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
                 yield node.deep_replace(found, found.with_changes(operator=cst.FloorDivide(), right=group))
 
 
+def operator_gqa_group_divide(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """kv_head = h // (H // H_KV) -> h % H_KV: a query head's KV head read in tile order where the
+    code reads it interleaved, with the group size written out as Hq // Hkv."""
+    group = node.right
+    if not (isinstance(node.operator, cst.FloorDivide) and isinstance(group, cst.BinaryOperation)):
+        return
+    grouped = isinstance(group.operator, cst.FloorDivide) and kv_heads_like(group.right)
+    if grouped and head_index_like(node.left):
+        yield node.with_changes(operator=cst.Modulo(), right=group.right.with_changes(lpar=[], rpar=[]))
+
+
 class _Fill(cst.CSTTransformer):
     """Puts expressions in place of placeholder names in a parsed template."""
 
@@ -1379,7 +1471,7 @@ def operator_window_bound(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
         target = node.comparisons[0]
         left, right = node.left, target.comparator
-        indices = (words(left) | words(right)) & (KEY_WORDS | QUERY_WORDS)
+        indices = (words(left) | words(right)) & (KEY_WORDS | QUERY_WORDS) or key_vs_query(left, right)
         if (mentions_window(left) or mentions_window(right)) and indices:
             toggled = window_bound_toggled(target)
             if toggled is not None:
@@ -1945,9 +2037,10 @@ FAULTS: tuple[Fault, ...] = (
         "F9",
         "n_heads % n_kv_heads and even head_dim checks removed",
         "book",
-        ("ERR-2",),
+        ("ERR-2", "LAYER-2"),
         ((cst.If, operator_drop_divisibility_check),),
-        "the constructor checks (impl's ERR-2 properties)",
+        "a layer that declares 'sizes' (LAYER-2: layer(spec) refuses sizes it cannot compute), or impl's "
+        "constructor checks (ERR-2)",
     ),
     Fault(
         "F10",
@@ -1974,6 +2067,8 @@ FAULTS: tuple[Fault, ...] = (
             (cst.IndentedBlock, operator_rope_offset_ignored),
             (cst.BinaryOperation, operator_positions_from_zero),
             (cst.Call, operator_arange_from_zero),
+            (cst.Call, operator_offset_dropped),
+            (cst.Assign, operator_offset_dropped),
         ),
         "a KV cache, or a layer with the 'offset' capability",
     ),
@@ -1982,7 +2077,11 @@ FAULTS: tuple[Fault, ...] = (
         "K and V swapped when written to the KV cache",
         "book",
         ("CACHE-1", "CACHE-2"),
-        ((cst.Call, operator_swap_cached_kv),),
+        (
+            (cst.Call, operator_swap_cached_kv),
+            (cst.Assign, operator_cached_pair_swapped),
+            (cst.Return, operator_cached_pair_swapped),
+        ),
         "a KV cache (impl's CACHE properties)",
     ),
     Fault(
@@ -2002,6 +2101,7 @@ FAULTS: tuple[Fault, ...] = (
             (cst.Call, operator_gqa_tile_order),
             (cst.Call, operator_gqa_interleaved_order),
             (cst.IndentedBlock, operator_gqa_head_modulo),
+            (cst.BinaryOperation, operator_gqa_group_divide),
         ),
         "the 'gqa' capability",
     ),

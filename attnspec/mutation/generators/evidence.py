@@ -31,7 +31,8 @@ from .sites import function_spans
 ROTATION = ({"rope"}, {"rotary"}, {"rotate"}, {"cos", "sin"}, {"freqs", "cis"})
 WINDOW = ({"window"}, {"sliding"})
 WINDOWED_CACHE = ({"cache", "window"}, {"cache", "sliding"})
-CAUSAL = ({"causal"},)
+# a causal switch (is_causal, a flag named causal, a bidirectional path), not a causal mask's name
+CAUSAL_SWITCH = ({"is", "causal"}, {"=causal"}, {"bidirectional"}, {"non", "causal"})
 EVIDENCE: dict[str, tuple[set[str], ...]] = {
     "F1": ({"masked", "fill"}, {"inf"}, {"finfo", "min"}, {"mask", "where"}, {"block", "mask"}),
     "F2": ({"tril"}, {"triu"}, {"causal"}),
@@ -71,9 +72,12 @@ EVIDENCE: dict[str, tuple[set[str], ...]] = {
     "F21": ({"dropout", "training"},),  # a dropout module switches itself off in eval
     "F22": ({"softcap"}, {"soft", "cap"}, {"logit", "cap"}),
     "F23": ({"alibi"}, {"slopes"}),
-    "F24": ({"cu", "seqlens"}, {"document"}, {"documents"}, {"doc", "ids"}, {"seq", "ids"}),
-    "F25": CAUSAL,
+    "F24": ({"cu", "seqlens"}, {"document"}, {"documents"}, {"doc", "ids"}, {"=seq_ids"}, {"=sequence_ids"}),
+    "F25": CAUSAL_SWITCH,
 }
+# words that void a fault's evidence on their line: cache_position (the queries' positions in Hugging
+# Face's mask builders) is no cache, and a window beside it is the mask's band, not an eviction
+VOIDED_BY = {"F11": {"=cache_position"}, "F20": {"=cache_position"}}
 # a feature that only exists beside another: a RoPE offset needs RoPE
 NEEDS = {"F12": "F7"}
 
@@ -132,6 +136,8 @@ def evidence(source: str, faults: set[str] | None = None) -> dict[str, Evidence]
         if faults is not None and fault not in faults:
             continue
         for number in sorted(lines):
+            if VOIDED_BY.get(fault, set()) & lines[number]:
+                continue
             seen = next((words for words in alternatives if words <= lines[number]), None)
             if seen is not None:
                 found[fault] = Evidence(fault, number, tuple(sorted(seen)), text[number - 1].strip())
