@@ -20,11 +20,13 @@ from .conformance import REPO_ROOT, catalogue_fingerprint
 TARGETS = (
     "hf-llama",
     "hf-mistral",
+    "hf-qwen3",
     "hf-gptoss",
     "gpt-oss",
     "hf-llama-model",
     "hf-mistral-model",
     "hf-qwen2-model",
+    "hf-qwen3-model",
     "hf-gptoss-model",
     "flash-ref",
 )

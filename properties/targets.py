@@ -83,9 +83,11 @@ ADAPTERS = {
     "hf-mistral": "attnspec.properties.adapters.hf_eager:MISTRAL",
     "hf-qwen2": "attnspec.properties.adapters.hf_eager:QWEN2",
     "hf-gptoss": "attnspec.properties.adapters.hf_eager:GPTOSS",
+    "hf-qwen3": "attnspec.properties.adapters.hf_eager:QWEN3",
     "hf-llama-model": "attnspec.properties.adapters.hf_models:LLAMA",
     "hf-mistral-model": "attnspec.properties.adapters.hf_models:MISTRAL",
     "hf-qwen2-model": "attnspec.properties.adapters.hf_models:QWEN2",
+    "hf-qwen3-model": "attnspec.properties.adapters.hf_models:QWEN3",
     "hf-gptoss-model": "attnspec.properties.adapters.hf_models:GPTOSS",
     "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
     "flash-ref": "attnspec.properties.adapters.flash_ref:TARGET",
@@ -117,7 +119,8 @@ class Layer:
     out = Wo . attn(RoPE(x' Wq^T + bq), RoPE(x' Wk^T + bk), x' Wv^T + bv) + bo, plus x when
     ``residual``; x' is x after the layer's pre-norm when it has one (``norm_weight`` given):
     RMSNorm (``norm="rms"``) or LayerNorm (``norm="layer"``, with ``norm_bias``), with ``eps``.
-    RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md); a layer with ``rope=False``
+    RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md), after each head's q/k norm
+    when it has one (``q_norm``, ``k_norm``); a layer with ``rope=False``
     rotates nothing (it has no positions, or absolute ones are added to x before it).  Head i of
     each projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits.
     properties/layouts.py builds one from the common module layouts (a fused qkv projection,
@@ -143,6 +146,10 @@ class Layer:
     # the given sizes (they add up to T; the first is the prompt), from position 0; the outputs of
     # all chunks, concatenated (B, T, D)
     decode: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
+    # q/k normalisation (Qwen3, Gemma 3): the gains (d,) of the RMSNorm each query and key head gets over
+    # its d features, with ``eps``, after the projection and before RoPE; None for a layer without
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.norm not in ("rms", "layer"):
@@ -157,7 +164,7 @@ class Layer:
     def reported(self) -> dict:
         """What the layer reports, as keywords of the oracle layer (specs.oracle.attention_layer_oracle)."""
         names = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks")
-        names += ("norm_weight", "norm_bias", "norm", "eps", "residual", "rope")
+        names += ("norm_weight", "norm_bias", "norm", "eps", "residual", "rope", "q_norm", "k_norm")
         return {name: getattr(self, name) for name in names}
 
 

@@ -373,12 +373,16 @@ def layer_qkv_oracle(
     base: float = 10000.0,
     pairs: str = "half",
     angles_in_dtype: bool = False,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x after its pre-norm
     (pre_norm_oracle) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
     positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``); q and k unrotated for a
-    layer without RoPE (``rope=False``: no positions, or absolute ones added to x before it)."""
+    layer without RoPE (``rope=False``: no positions, or absolute ones added to x before it).  With
+    ``q_norm`` and ``k_norm`` (gains (d,), as Qwen3 and Gemma 3 have them), each query and key head is
+    RMS-normalised over its d features with that gain and ``eps`` before it is rotated."""
     x = x.detach().cpu().to(dtype)
     batch, seq, _ = x.shape
     h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype)
@@ -394,6 +398,10 @@ def layer_qkv_oracle(
         return out
 
     q, k = heads(project(wq, bq), n_heads), heads(project(wk, bk), n_kv_heads)
+    if q_norm is not None:
+        q = rms_norm_oracle(q, q_norm, eps, dtype)
+    if k_norm is not None:
+        k = rms_norm_oracle(k, k_norm, eps, dtype)
     if rope:
         positions = list(range(offset, offset + seq))
         q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype)

@@ -1,8 +1,9 @@
 """Hugging Face transformers' eager attention (optional: pip install transformers).
 
 Each target runs the ``eager_attention_forward`` of one model family (Llama; Mistral, whose
-layers use a sliding window; Qwen2, with biases on q, k and v and a sliding window; GptOss, with sinks
-and a sliding window), and, for the layer
+layers use a sliding window; Qwen2, with biases on q, k and v and a sliding window; Qwen3, whose heads
+are RMS-normalised (q_norm, k_norm) before RoPE, with a sliding window; GptOss, with sinks and a
+sliding window), and, for the layer
 properties, that family's decoder layer (LlamaDecoderLayer, MistralDecoderLayer,
 GptOssDecoderLayer: the input RMSNorm, the attention module with its projections, RoPE from the
 family's rotary embedding and output projection, the residual, then the MLP sublayer with its
@@ -27,11 +28,20 @@ import math
 from types import SimpleNamespace
 
 import torch
-from transformers import DynamicCache, GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, masking_utils
+from transformers import (
+    DynamicCache,
+    GptOssConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    Qwen3Config,
+    masking_utils,
+)
 from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import Layer, LayerSpec, Target
@@ -139,6 +149,7 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
             eps=config.rms_norm_eps,
             residual=True,
             decode=decode,
+            **qk_norms(module),
         )
 
     def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -164,6 +175,12 @@ def eager_target(name: str, family, capabilities: set[str]) -> Target:
     about = f"transformers {name} eager attention, attention module and rotary embedding"
     sources = (family.eager_attention_forward.__module__, mask_sources("window" in capabilities))
     return Target(name, attention, frozenset(core | capabilities), about, layer, rope, sources)
+
+
+def qk_norms(module) -> dict:
+    """The gains of the per-head RMSNorms of q and k, where the family has them (Qwen3)."""
+    norms = {name: getattr(module, name, None) for name in ("q_norm", "k_norm")}
+    return {name: norm.weight for name, norm in norms.items() if norm is not None}
 
 
 def sizes(spec: LayerSpec) -> dict:
@@ -238,4 +255,22 @@ GPTOSS = eager_target(
         apply_rotary_pos_emb=modeling_gpt_oss.apply_rotary_pos_emb,
     ),
     {"window", "sinks"},
+)
+# Qwen3: each query and key head RMS-normalised over its features (q_norm, k_norm) before RoPE; a window
+# on the layers the config's layer_types name
+QWEN3 = eager_target(
+    "hf-qwen3",
+    SimpleNamespace(
+        eager_attention_forward=modeling_qwen3.eager_attention_forward,
+        config=lambda spec: Qwen3Config(
+            **sizes(spec),
+            use_sliding_window=spec.window is not None,
+            sliding_window=spec.window,
+            max_window_layers=0,
+        ),
+        decoder=modeling_qwen3.Qwen3DecoderLayer,
+        rotary=modeling_qwen3.Qwen3RotaryEmbedding,
+        apply_rotary_pos_emb=modeling_qwen3.apply_rotary_pos_emb,
+    ),
+    {"window"},
 )

@@ -1,12 +1,12 @@
 """Whole Hugging Face transformers causal LMs as model targets (optional: pip install transformers).
 
 Each target is one family's ``*ForCausalLM`` (Llama; Mistral, a sliding window on every layer; Qwen2, a
-window on some layers; GptOss, alternating windowed and full layers, with sinks) built from a tiny
-config with random weights, nothing downloaded, eager attention, in eval mode: tokens (B, T) -> logits
-(B, T, V).  Every plumbing step between the model and its attention is the library's own: the model
-builds its masks (``create_causal_mask``, ``create_sliding_window_causal_mask``) from the padding mask,
-its position ids, its ``DynamicCache`` with its sliding-window layers.  What the kit adds is what a
-user's code or ``generate`` does:
+window on some layers; Qwen3, the same with q/k norm; GptOss, alternating windowed and full layers,
+with sinks) built from a tiny config with random weights, nothing downloaded, eager attention, in eval
+mode: tokens (B, T) -> logits (B, T, V). Every plumbing step between the model and its attention is the
+library's own: the model builds its masks (``create_causal_mask``,
+``create_sliding_window_causal_mask``) from the padding mask, its position ids, its ``DynamicCache``
+with its sliding-window layers. What the kit adds is what a user's code or ``generate`` does:
 
 - with a padding mask, the position ids ``generate`` makes (``_prepare_position_ids_for_generation``:
   real tokens counted from 0), so a left-padded sequence starts at position 0;
@@ -38,6 +38,8 @@ from transformers import (
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from attnspec.properties.adapters import hf_eager
@@ -89,6 +91,15 @@ FAMILIES = {
         "transformers.models.qwen2.modeling_qwen2",
         {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
         hf_eager.QWEN2,
+    ),
+    # q/k norm on every layer's heads, windows laid out as Qwen2's
+    "qwen3": Family(
+        "Qwen3",
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        "transformers.models.qwen3.modeling_qwen3",
+        {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
+        hf_eager.QWEN3,
     ),
     # windowed and full layers alternate (the config's default layer_types), sinks, a mixture of experts
     "gptoss": Family(
@@ -205,4 +216,5 @@ def model_target(key: str) -> Target:
 LLAMA = model_target("llama")
 MISTRAL = model_target("mistral")
 QWEN2 = model_target("qwen2")
+QWEN3 = model_target("qwen3")
 GPTOSS = model_target("gptoss")

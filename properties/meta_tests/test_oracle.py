@@ -12,6 +12,7 @@ from attnspec.specs.oracle import (
     attention_grad_oracle,
     attention_oracle,
     attention_oracle_by_rows,
+    layer_qkv_oracle,
     mask_oracle,
     rope_oracle,
     visible_keys,
@@ -60,6 +61,22 @@ def test_rope_angles_in_the_dtype_are_the_rounded_ones():
     rounded = rope_oracle(x, [2**24 + 1], dtype=torch.float32, angles_in_dtype=True)
     expected = torch.tensor([[math.cos(2**24), math.sin(2**24)]], dtype=torch.float32)
     assert torch.equal(rounded, expected) and not torch.equal(exact, expected)
+
+
+def test_qk_norm_gives_every_head_its_gain_as_root_mean_square_before_the_rotation():
+    # RMSNorm over a head's d features with gain g leaves mean(q_i^2) = g^2 (eps aside), and the rotation
+    # after it keeps that: a norm after RoPE, or over all heads at once, would not give each head g^2
+    torch.manual_seed(0)
+    x, d = torch.randn(1, 5, 8, dtype=torch.float64), 4
+    weights = {name: torch.randn(8, 8, dtype=torch.float64) for name in ("wq", "wk", "wv")}
+    q, k, _ = layer_qkv_oracle(
+        x, **weights, n_heads=2, n_kv_heads=2, head_dim=d, offset=3, eps=1e-12,
+        q_norm=torch.full((d,), 1.0, dtype=torch.float64), k_norm=torch.full((d,), 2.0, dtype=torch.float64),
+    )  # fmt: skip
+    assert torch.allclose(q.pow(2).mean(-1), torch.ones(1, 2, 5, dtype=torch.float64))
+    assert torch.allclose(k.pow(2).mean(-1), torch.full((1, 2, 5), 4.0, dtype=torch.float64))
+    plain, _, _ = layer_qkv_oracle(x, **weights, n_heads=2, n_kv_heads=2, head_dim=d, offset=3)
+    assert not torch.allclose(plain.pow(2).mean(-1), torch.ones(1, 2, 5, dtype=torch.float64))
 
 
 def test_catalogue_loads_and_ids_are_unique(tmp_path):
