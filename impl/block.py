@@ -1,7 +1,8 @@
 """The pre-norm decoder block of the source chapters, and a stack of them.
 
-x = x + Attn(RMSNorm(x))     AttentionBlock: fused QKV (no bias), GQA, RoPE on Q and K,
-                             per-head sinks, a sliding window on even layers
+x = x + Attn(RMSNorm(x))     AttentionBlock: fused QKV (no bias), GQA, RoPE on Q and K (on part
+                             of each head with rotary_dim; after a per-head q/k RMSNorm with
+                             qk_norm), per-head sinks, a sliding window on even layers
 x = x + FFN(RMSNorm(x))      MLPBlock
 """
 
@@ -41,6 +42,8 @@ class ModelConfig:
     dropout: float = 0.0  # the LanguageModel's, on its embeddings in training
     softcap: float | None = None  # attention logits soft-capped at softcap * tanh(s / softcap) (Gemma 2)
     alibi: bool = False  # ALiBi's bias on the attention logits (with RoPE, whose scores it does not touch)
+    rotary_dim: int | None = None  # RoPE on the first rotary_dim features of each head only (GPT-NeoX)
+    qk_norm: bool = False  # each query and key head RMS-normalised before RoPE (Qwen3, Gemma 3, OLMo 2)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -62,6 +65,14 @@ class ModelConfig:
             )
         if self.head_dim % 2 != 0:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
+        rotary = self.rotary_dim
+        whole_pairs = isinstance(rotary, int) and not isinstance(rotary, bool) and rotary % 2 == 0
+        if rotary is not None and not (whole_pairs and 2 <= rotary <= self.head_dim):
+            raise ValueError(
+                f"rotary_dim must be None or an even int in 2..head_dim = 2..{self.head_dim}, got {rotary!r}"
+            )
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"qk_norm must be True or False, got {self.qk_norm!r}")
         check_window(self.window)
         if self.window_layers not in WINDOW_LAYERS:
             raise ValueError(f"window_layers must be one of {WINDOW_LAYERS}, got {self.window_layers!r}")
@@ -92,6 +103,8 @@ class AttentionBlock(nn.Module):
         self.qkv = nn.Linear(config.d_model, q_width + 2 * kv_width, bias=False)
         self.out = nn.Linear(q_width, config.d_model, bias=False)
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.use_sinks else None
+        self.q_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
 
     def new_cache(self, max_len: int) -> KVCache:
         """An empty KV cache for this layer (its window) and sequences of up to max_len tokens."""
@@ -133,8 +146,11 @@ class AttentionBlock(nn.Module):
         q_width = cfg.n_heads * cfg.head_dim
         kv_width = cfg.n_kv_heads * cfg.head_dim
         q, k, v = self.qkv(self.norm(x)).split([q_width, kv_width, kv_width], dim=-1)
-        q = apply_rope(split_heads(q, cfg.n_heads), offset=offset, base=cfg.rope_base)
-        k = apply_rope(split_heads(k, cfg.n_kv_heads), offset=offset, base=cfg.rope_base)
+        q, k = split_heads(q, cfg.n_heads), split_heads(k, cfg.n_kv_heads)
+        if self.q_norm is not None and self.k_norm is not None:  # over each head's d features, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, offset=offset, base=cfg.rope_base, rotary_dim=cfg.rotary_dim)
+        k = apply_rope(k, offset=offset, base=cfg.rope_base, rotary_dim=cfg.rotary_dim)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated
         if cache is not None:
             # (B, Hkv, held + T, d), the new positions last; one decoded token's in any order where no

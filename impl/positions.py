@@ -35,23 +35,32 @@ def apply_rope(
     *,
     offset: int = 0,
     base: float = 10000.0,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate x (..., T, d) by its positions (default offset, offset+1, ...), half-split pairs.
 
-    Feature i is paired with feature i + d/2 and the pair is rotated by p * theta_i.
+    Feature i is paired with feature i + d/2 and the pair is rotated by p * theta_i.  With
+    ``rotary_dim`` r (partial rotary, GPT-NeoX's rotary_pct) the first r features are rotated as a
+    head of size r would be, and features r .. d-1 pass through.
     """
     if x.dim() < 2:
         raise ValueError(f"apply_rope expects (..., T, d), got shape {tuple(x.shape)}")
     seq, head_dim = x.shape[-2], x.shape[-1]
+    if rotary_dim is not None and not (
+        isinstance(rotary_dim, int) and not isinstance(rotary_dim, bool) and 2 <= rotary_dim <= head_dim
+    ):
+        raise ValueError(f"rotary_dim must be an int in 2..d = 2..{head_dim}, got rotary_dim={rotary_dim!r}")
     if positions is None:
         positions = torch.arange(offset, offset + seq, device=x.device)
     elif positions.shape != (seq,):
         raise ValueError(f"positions must have shape (T,) = ({seq},), got {tuple(positions.shape)}")
-    cos, sin = rope_cos_sin(positions, head_dim, base)
+    rotated = head_dim if rotary_dim is None else rotary_dim
+    x_rot, x_pass = x[..., :rotated], x[..., rotated:]
+    cos, sin = rope_cos_sin(positions, rotated, base)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    half = head_dim // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    half = rotated // 2
+    x1, x2 = x_rot[..., :half], x_rot[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x_pass], dim=-1)
 
 
 def sinusoidal_positional_encoding(seq_len: int, d_model: int) -> torch.Tensor:

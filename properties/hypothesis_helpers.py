@@ -313,6 +313,8 @@ class BlockCase:
     ffn_hidden: int | None = None
     softcap: float | None = None
     alibi: bool = False
+    rotary_dim: int | None = None
+    qk_norm: bool = False
 
     def config(self):
         from attnspec.impl import ModelConfig
@@ -332,6 +334,8 @@ class BlockCase:
             ffn_hidden=self.ffn_hidden,
             softcap=self.softcap,
             alibi=self.alibi,
+            rotary_dim=self.rotary_dim,
+            qk_norm=self.qk_norm,
         )
 
     def module(
@@ -369,7 +373,8 @@ def block_cases(
     norm_eps is drawn up to 1 (against inputs of unit RMS, so eps visibly changes the norm),
     rope_base away from 10000 (head_dim >= 4 makes the base matter), ffn_hidden from None
     (the default width) down to 1; the attention's soft-cap (small enough to bind on logits of
-    unit size) and ALiBi on or off.
+    unit size) and ALiBi on or off; RoPE on all of each head or on its first pairs (rotary_dim), and
+    q/k norm on or off.
     """
     n_kv_heads = draw(st.integers(1, 2))
     n_heads = n_kv_heads * draw(st.integers(1, 3))
@@ -395,6 +400,8 @@ def block_cases(
         ffn_hidden=draw(st.one_of(st.none(), st.integers(1, 12))),
         softcap=draw(st.sampled_from([None, None, 0.5, 3.0])),
         alibi=draw(st.booleans()),
+        rotary_dim=draw(st.sampled_from([None, None, *range(2, head_dim + 1, 2)])),
+        qk_norm=draw(st.booleans()),
     )
 
 

@@ -134,13 +134,25 @@ def config_score_mod(cfg):
     return composed(capped, biased)
 
 
+def block_variants(block, cfg) -> dict:
+    """The oracle's q_norm, k_norm and rotary_dim for an AttentionBlock: the gains of its per-head norms
+    where the config asks for qk_norm (an error where the block has none), the config's rotary_dim."""
+    if not cfg.qk_norm:
+        return {"rotary_dim": cfg.rotary_dim}
+    q_norm, k_norm = getattr(block, "q_norm", None), getattr(block, "k_norm", None)
+    if q_norm is None or k_norm is None:
+        raise AssertionError("the config asks for qk_norm, but the block has no q_norm and k_norm")
+    return {"q_norm": q_norm.weight, "k_norm": k_norm.weight, "rotary_dim": cfg.rotary_dim}
+
+
 def block_oracle(
     block, cfg, layer_idx: int, x: torch.Tensor, offset: int = 0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """specs.oracle.attention_block_oracle for an AttentionBlock built from ``cfg`` as layer
     ``layer_idx``.  Every size and switch (eps, RoPE base, window, soft-cap, ALiBi) comes from the
     config and the schedule, only the learned parameters from the module: a module that ignored a
-    config field would otherwise agree with itself."""
+    config field would otherwise agree with itself.  With the config's qk_norm, the gains of the
+    block's per-head norms; its rotary_dim from the config."""
     return attention_block_oracle(
         x,
         norm_weight=block.norm.weight,
@@ -156,6 +168,7 @@ def block_oracle(
         base=cfg.rope_base,
         dtype=dtype,
         score_mod=config_score_mod(cfg),
+        **block_variants(block, cfg),
     )
 
 

@@ -104,6 +104,33 @@ def test_attention_block_matches_the_oracle_block(device, case, layer_idx, offse
     assert_golden(out, golden, ref_lowp, f"{what} vs oracle")
 
 
+# GPT-NeoX's partial rotary and Qwen3's q/k norm, together: RoPE on the first pair of each 4-wide head,
+# each query and key head RMS-normalised (eps 0.5, against heads of unit RMS, so eps matters) before it
+_VARIANT_CASE = replace(_EPS_BASE_CASE, seed=13, rotary_dim=2, qk_norm=True)
+
+
+@pytest.mark.req("BLOCK-6", "ROPE-5")
+@both_paths
+@given(case=block_cases(), data=st.data(), offset=st.sampled_from([0, 1, 5, 300]), dtype=float_dtypes)
+@example(case=_VARIANT_CASE, data=None, offset=5, dtype=torch.float64)
+def test_partial_rotary_and_qk_norm_blocks_match_the_oracle_block(device, case, data, offset, dtype):
+    """With q/k norm on and RoPE on part of each head (whenever the head has more than one pair): the
+    block equals the oracle block, which normalises each head with the block's gains and the config's
+    eps before rotating the config's first rotary_dim features."""
+    if data is not None:
+        pairs = [*range(2, case.head_dim, 2)] or [case.head_dim]
+        case = replace(case, qk_norm=True, rotary_dim=data.draw(st.sampled_from(pairs), label="rotary_dim"))
+    block = case.module("attention", 0, device, dtype)
+    cfg = case.config()
+    x = case.input(device, dtype)
+    with torch.no_grad():
+        out = block(x, offset=offset)
+    golden = block_oracle(block, cfg, 0, x, offset)
+    ref_lowp = block_oracle(block, cfg, 0, x, offset, dtype=dtype)
+    what = f"AttentionBlock(rotary_dim {cfg.rotary_dim} of {cfg.head_dim}, qk_norm, offset {offset})"
+    assert_golden(out, golden, ref_lowp, f"{what} vs oracle")
+
+
 @pytest.mark.req("BLOCK-1", "FFN-1", "NORM-1")
 @given(case=block_cases(), dtype=float_dtypes)
 @example(case=_EPS_BASE_CASE, dtype=torch.float64)
@@ -313,6 +340,11 @@ VALID = {"d_model": 8, "n_heads": 4, "n_kv_heads": 2, "head_dim": 4, "n_layers":
         {"vocab_size": 0},
         {"dropout": 1.0},
         {"dropout": -0.1},
+        {"rotary_dim": 3},
+        {"rotary_dim": 0},
+        {"rotary_dim": 6},
+        {"rotary_dim": True},
+        {"qk_norm": 1},
     ],
     ids=lambda bad: ",".join(f"{k}={v}" for k, v in bad.items()),
 )
@@ -334,6 +366,8 @@ def test_model_config_accepts_the_edges_of_its_ranges():
     ModelConfig(**{**VALID, "dropout": 0.0})
     ModelConfig(**{**VALID, "dropout": 0.99})
     ModelConfig(**{**VALID, "ffn_hidden": None})
+    ModelConfig(**{**VALID, "rotary_dim": 2})
+    ModelConfig(**{**VALID, "rotary_dim": 4, "qk_norm": True})  # rotary_dim = head_dim: all of it
 
 
 @pytest.mark.req("ERR-2")

@@ -28,7 +28,13 @@ from attnspec.properties.hypothesis_helpers import (
 )
 from attnspec.properties.messages import message_names
 from attnspec.properties.pytest_helpers import assert_close, assert_exactly_equal, assert_golden
-from attnspec.properties.references import block_oracle, mlp_oracle, scheduled_window, stack_oracle
+from attnspec.properties.references import (
+    block_oracle,
+    block_variants,
+    mlp_oracle,
+    scheduled_window,
+    stack_oracle,
+)
 from attnspec.specs.oracle import block_qkv_oracle, cache_positions_oracle
 
 # These properties check impl/ beyond the attention core: they run only with --impl impl.  Those that
@@ -206,6 +212,7 @@ def test_cache_holds_the_last_w_positions_rotated_by_their_absolute_position(
         n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim,
         base=cfg.rope_base,
+        **block_variants(block, cfg),
     )
     _, golden_k, golden_v = block_qkv_oracle(x, **params)
     _, lowp_k, lowp_v = block_qkv_oracle(x, **params, dtype=dtype)

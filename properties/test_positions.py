@@ -114,6 +114,28 @@ def test_rope_accepts_a_two_dimensional_input(device, d, t, offset, dtype, seed)
     assert_exactly_equal(out, apply_rope(x[None], offset=offset)[0], "2-D input vs the same rows in 3-D")
 
 
+@pytest.mark.req("ROPE-5")
+@given(d=head_dims, t=st.integers(1, 6), offset=st.integers(0, 2048), data=st.data(), dtype=float_dtypes)
+def test_partial_rotary_rotates_the_first_features_and_passes_the_rest(device, d, t, offset, data, dtype):
+    r = data.draw(st.sampled_from(range(2, d + 1, 2)), label="rotary_dim")
+    x = seeded_randn(data.draw(seeds, label="seed"), 3, t, d, device=device, dtype=dtype)
+    out = apply_rope(x, offset=offset, rotary_dim=r)
+    positions = list(range(offset, offset + t))
+    golden, lowp = (
+        rope_oracle(x, positions, rotary_dim=r),
+        rope_oracle(x, positions, dtype=dtype, rotary_dim=r),
+    )
+    assert_golden(out, golden, lowp, f"apply_rope(rotary_dim={r}) of d = {d} at offset {offset}")
+    assert_exactly_equal(out[..., r:], x[..., r:], f"features {r}..{d - 1}, past rotary_dim {r}")
+
+
+@pytest.mark.req("ERR-1")
+@pytest.mark.parametrize("rotary_dim", [0, 9, True, 2.0])
+def test_rope_refuses_a_rotary_dim_outside_the_head(rotary_dim):
+    with pytest.raises(ValueError, match=message_names("rotary_dim", repr(rotary_dim))):
+        apply_rope(torch.zeros(1, 2, 8), rotary_dim=rotary_dim)
+
+
 @pytest.mark.req("ERR-1")
 @pytest.mark.parametrize("shape", [(), (4,), (1,)])
 def test_rope_refuses_fewer_than_two_dimensions(device, shape):

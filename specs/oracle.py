@@ -239,8 +239,13 @@ def rope_oracle(
     dtype: torch.dtype = GOLDEN,
     pairs: str = "half",
     angles_in_dtype: bool = False,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate each half-split pair (x_i, x_(i+d/2)) of x (..., T, d) by p * base^(-2i/d).
+
+    With ``rotary_dim`` r < d (partial rotary: GPT-NeoX's rotary_pct, Phi's partial_rotary_factor)
+    only the first r features are rotated, as a head of size r would be (pairs (x_i, x_(i+r/2)),
+    angles p * base^(-2i/r)), and features r .. d-1 pass through unchanged.
 
     The angles are exact (float64) unless ``angles_in_dtype``: then theta_i = 1 / base^(2i/d) and
     p * theta_i are computed one rounded step at a time in ``dtype`` (2i/d, the power, the
@@ -249,7 +254,9 @@ def rope_oracle(
     ``pairs="interleaved"`` rotates (x_2i, x_(2i+1)) instead: not attnspec's convention (CONVENTIONS.md),
     there to name the convention a target follows when it fails."""
     x = x.detach().cpu().to(dtype)
-    d = x.shape[-1]
+    d = x.shape[-1] if rotary_dim is None else rotary_dim
+    if not 0 < d <= x.shape[-1] or d % 2:
+        raise ValueError(f"rotary_dim {d} must be even and within the head size {x.shape[-1]}")
     half = d // 2
     y = x.clone()
 
@@ -375,6 +382,8 @@ def layer_qkv_oracle(
     angles_in_dtype: bool = False,
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
+    norm_at: str = "pre",
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x after its pre-norm
@@ -382,10 +391,12 @@ def layer_qkv_oracle(
     positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``); q and k unrotated for a
     layer without RoPE (``rope=False``: no positions, or absolute ones added to x before it).  With
     ``q_norm`` and ``k_norm`` (gains (d,), as Qwen3 and Gemma 3 have them), each query and key head is
-    RMS-normalised over its d features with that gain and ``eps`` before it is rotated."""
+    RMS-normalised over its d features with that gain and ``eps`` before it is rotated.  With
+    ``rotary_dim`` r, RoPE rotates the first r features of each head only (rope_oracle).  A layer whose
+    norm comes after its residual (``norm_at="post"``) projects x itself."""
     x = x.detach().cpu().to(dtype)
     batch, seq, _ = x.shape
-    h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype)
+    h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype) if norm_at == "pre" else x
 
     def project(w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         y = h @ w.detach().cpu().to(dtype).T
@@ -404,8 +415,8 @@ def layer_qkv_oracle(
         k = rms_norm_oracle(k, k_norm, eps, dtype)
     if rope:
         positions = list(range(offset, offset + seq))
-        q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype)
-        k = rope_oracle(k, positions, base, dtype, pairs, angles_in_dtype)
+        q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype, rotary_dim)
+        k = rope_oracle(k, positions, base, dtype, pairs, angles_in_dtype, rotary_dim)
     return q, k, heads(project(wv, bv), n_kv_heads)
 
 
@@ -421,8 +432,12 @@ def block_qkv_oracle(
     offset: int = 0,
     base: float = 10000.0,
     dtype: torch.dtype = GOLDEN,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The block's RoPE(q), RoPE(k) and v over RMSNorm(x), q|k|v from one fused matrix."""
+    """The block's RoPE(q), RoPE(k) and v over RMSNorm(x), q|k|v from one fused matrix (with its q/k
+    norm and partial rotary, as layer_qkv_oracle)."""
     return layer_qkv_oracle(
         x,
         **split_w_qkv(w_qkv, n_heads, n_kv_heads, head_dim),
@@ -434,6 +449,9 @@ def block_qkv_oracle(
         offset=offset,
         base=base,
         dtype=dtype,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        rotary_dim=rotary_dim,
     )
 
 
@@ -458,13 +476,18 @@ def attention_layer_oracle(
     dtype: torch.dtype = GOLDEN,
     score_mod=None,
     mask_mod=None,
+    scale: float | None = None,
+    post_norm: torch.Tensor | None = None,
     **qkv,
 ) -> torch.Tensor:
     """Wo . attn(RoPE(q), RoPE(k), v) (+ bo), plus x when the layer has a residual; ``qkv`` are the
-    keywords of layer_qkv_oracle (matrices, biases, pre-norm, head_dim, RoPE or none, offset, base,
+    keywords of layer_qkv_oracle (matrices, biases, norm, head_dim, RoPE or none, offset, base,
     pairs, angles); ``score_mod`` and ``mask_mod`` modify the attention's scaled logits and mask
     (specs/mods.py) at the positions the attention oracle numbers its T tokens with, 0 .. T-1, whatever
-    the offset: mods that depend on distances only, as impl's do.
+    the offset: mods that depend on distances only, as impl's do.  ``scale`` replaces 1/sqrt(d);
+    ``post_norm`` (a gain (D,)) RMS-normalises the attention's output before the residual (the sandwich
+    norm of Gemma 2 and 3, OLMo 2's post-norm), with the layer's eps; with ``norm_at="post"`` the
+    layer's norm applies to x plus the attention's output (the original Transformer's, BERT's).
 
     ``gqa="tiled"`` lets query head h read KV head h % Hkv (like k.repeat): not attnspec's
     convention, there to name the convention a target follows when it fails."""
@@ -472,13 +495,21 @@ def attention_layer_oracle(
     if gqa == "tiled":
         k, v = k.repeat(1, n_heads // n_kv_heads, 1, 1), v.repeat(1, n_heads // n_kv_heads, 1, 1)
     attn, _ = attention_oracle(
-        q, k, v, window=window, sinks=sinks, dtype=dtype, score_mod=score_mod, mask_mod=mask_mod
+        q, k, v, window=window, sinks=sinks, scale=scale, dtype=dtype, score_mod=score_mod, mask_mod=mask_mod
     )
     merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
     out = merged @ wo.detach().cpu().to(dtype).T
     if bo is not None:
         out = out + bo.detach().cpu().to(dtype)
-    return x.detach().cpu().to(dtype) + out if residual else out
+    eps = qkv.get("eps", 1e-5)
+    if post_norm is not None:
+        out = rms_norm_oracle(out, post_norm, eps, dtype)
+    out = x.detach().cpu().to(dtype) + out if residual else out
+    if qkv.get("norm_at", "pre") == "post":
+        out = pre_norm_oracle(
+            out, qkv.get("norm", "rms"), qkv["norm_weight"], qkv.get("norm_bias"), eps, dtype
+        )
+    return out
 
 
 def attention_block_oracle(
@@ -497,9 +528,13 @@ def attention_block_oracle(
     base: float = 10000.0,
     dtype: torch.dtype = GOLDEN,
     score_mod=None,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
-    """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix; ``score_mod``
-    as in attention_layer_oracle."""
+    """x + Wout . attn(RoPE(q), RoPE(k), v) over RMSNorm(x); q|k|v from one fused matrix; ``score_mod``,
+    the per-head ``q_norm`` and ``k_norm`` (with ``eps``) and partial rotary (``rotary_dim``) as in
+    attention_layer_oracle."""
     return attention_layer_oracle(
         x,
         **split_w_qkv(w_qkv, n_heads, n_kv_heads, head_dim),
@@ -516,4 +551,7 @@ def attention_block_oracle(
         base=base,
         dtype=dtype,
         score_mod=score_mod,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        rotary_dim=rotary_dim,
     )

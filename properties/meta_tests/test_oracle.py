@@ -10,10 +10,13 @@ import torch
 from attnspec.specs import REQUIREMENTS, load_requirements
 from attnspec.specs.oracle import (
     attention_grad_oracle,
+    attention_layer_oracle,
     attention_oracle,
     attention_oracle_by_rows,
+    layer_norm_oracle,
     layer_qkv_oracle,
     mask_oracle,
+    rms_norm_oracle,
     rope_oracle,
     visible_keys,
 )
@@ -77,6 +80,35 @@ def test_qk_norm_gives_every_head_its_gain_as_root_mean_square_before_the_rotati
     assert torch.allclose(k.pow(2).mean(-1), torch.full((1, 2, 5), 4.0, dtype=torch.float64))
     plain, _, _ = layer_qkv_oracle(x, **weights, n_heads=2, n_kv_heads=2, head_dim=d, offset=3)
     assert not torch.allclose(plain.pow(2).mean(-1), torch.ones(1, 2, 5, dtype=torch.float64))
+
+
+def test_partial_rotary_rotates_the_first_features_as_a_head_of_that_size_and_passes_the_rest():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 8, dtype=torch.float64)
+    partial = rope_oracle(x, [0, 5, 9, 2], base=100.0, rotary_dim=4)
+    assert torch.equal(partial[..., 4:], x[..., 4:])
+    assert torch.equal(partial[..., :4], rope_oracle(x[..., :4], [0, 5, 9, 2], base=100.0))
+    assert not torch.allclose(partial, rope_oracle(x, [0, 5, 9, 2], base=100.0))
+    with pytest.raises(ValueError, match="rotary_dim 3"):
+        rope_oracle(x, [0, 1, 2, 3], rotary_dim=3)
+
+
+def test_sandwich_and_post_norms_sit_where_their_layers_put_them():
+    # a sandwich norm RMS-normalises the attention's output before the residual; a post-norm normalises
+    # x plus that output (BERT): each is the plain layer's pieces put together by hand
+    torch.manual_seed(1)
+    x = torch.randn(1, 4, 6, dtype=torch.float64)
+    w = {name: torch.randn(6, 6, dtype=torch.float64) for name in ("wq", "wk", "wv", "wo")}
+    sizes = dict(n_heads=2, n_kv_heads=2, head_dim=3, window=None, sinks=None, rope=False, eps=1e-6)
+    branch = attention_layer_oracle(x, **w, **sizes)
+    gain, bias = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    sandwich = attention_layer_oracle(x, **w, **sizes, post_norm=gain, residual=True)
+    assert torch.allclose(sandwich, x + rms_norm_oracle(branch, gain, 1e-6))
+    post = attention_layer_oracle(
+        x, **w, **sizes, residual=True, norm="layer", norm_weight=gain, norm_bias=bias, norm_at="post"
+    )
+    assert torch.allclose(post, layer_norm_oracle(x + branch, gain, bias, 1e-6))
+    assert not torch.allclose(attention_layer_oracle(x, **w, **sizes, scale=1.0), branch)
 
 
 def test_catalogue_loads_and_ids_are_unique(tmp_path):
