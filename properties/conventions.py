@@ -1,15 +1,16 @@
 """Other legitimate attention conventions (and one common bug), and which one a failing output follows.
 
 When an output misses the oracle, these re-run the oracle under a neighbouring convention (a window of
-W+1 or W-1 keys, tile-style GQA, top-left alignment, interleaved RoPE pairs) or with the window ignored,
-and name the one the output matches, so that a failure says "convention mismatch" instead of
-describing a bug.  One is named only when it alone explains the output: where several do (a window
-ignored and a window of W+1 keys look the same over 2 keys), the message says that the case cannot
-tell them apart, and the run's diagnosis of the target (diagnosis.py) tells them apart on cases
-built for it."""
+W+1 or W-1 keys, tile-style GQA, top-left alignment, interleaved RoPE pairs, RoPE on part of each head
+left undeclared) or with the window ignored, and name the one the output matches, so that a failure
+says "convention mismatch" instead of describing a bug. One is named only when it alone explains the
+output: where several do (a window ignored and a window of W+1 keys look the same over 2 keys), the
+message says that the case cannot tell them apart, and the run's diagnosis of the target (diagnosis.py)
+tells them apart on cases built for it."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -259,15 +260,40 @@ def layer_convention_mismatch(
     if layer.get("rope", True):
         candidates += [Candidate(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
         candidates += [Candidate("no RoPE", lambda: oracle(rope=False), bug=NO_ROPE)]
+        if layer.get("rotary_dim") is None:
+            candidates += partial_rotary_candidates(
+                layer["head_dim"], lambda rotated: oracle(rotary_dim=rotated)
+            )
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
         candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled")))
     return explanation(out, golden, candidates)
 
 
+def partial_rotary_candidates(head_dim: int, oracle: Callable) -> list[Candidate]:
+    """RoPE on the first quarter or half of each head only (GPT-NeoX's rotary_pct 0.25, Phi's 0.5), for
+    a target that declared none: a declaration to make, not a bug."""
+    candidates = []
+    for share in (0.25, 0.5):
+        rotated = int(head_dim * share)
+        if rotated >= 2 and rotated % 2 == 0:
+            said = (
+                f"partial rotary: the target rotates only the first {rotated} of each head's {head_dim} "
+                f"features; if it is on purpose, declare it: rotary_pct = {share:g} on a rope() target "
+                f"(GPT-NeoX's rotary_pct), rotary_dim = {rotated} in a Layer"
+            )
+            candidates.append(
+                Candidate(f"partial rotary ({share:g})", functools.partial(oracle, rotated), said)
+            )
+    return candidates
+
+
 def rope_convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, x: torch.Tensor, positions: list[int], base: float
 ) -> str | None:
-    """convention_mismatch for RoPE alone: interleaved pairs."""
+    """convention_mismatch for RoPE alone: interleaved pairs, or partial rotary left undeclared."""
     candidates = [Candidate(INTERLEAVED, lambda: rope_oracle(x, positions, base, pairs="interleaved"))]
+    candidates += partial_rotary_candidates(
+        x.shape[-1], lambda rotated: rope_oracle(x, positions, base, rotary_dim=rotated)
+    )
     return explanation(out, golden, candidates)

@@ -101,6 +101,17 @@ def _permutable_problem(target: Target, length: int) -> str | None:
     return None
 
 
+def _bidirectional_problem(target: Target, length: int) -> str | None:
+    """A declared mask_mod that lets every query see every key (an encoder's); a module without one is
+    causal, whatever its attention function would do with causal=False."""
+    mask = _mask(target, length)
+    if mask is None:
+        return f"--impl {target.name} declares no mask_mod that shows every token every other (an encoder's)"
+    if not bool(mask.all()):
+        return f"its mask_mod {mod_name(target.mask_mod)} hides keys"
+    return None
+
+
 def _head_free_problem(target: Target, length: int) -> str | None:
     mask = _mask(target, length)
     if mask is not None and not _same(mask, mask[:, :1].expand_as(mask)):
@@ -150,6 +161,7 @@ LAWS: dict[str, tuple[str, Callable[[Target, int], str | None]]] = {
     "causal": ("query i sees no key after its own position", _causal_problem),
     "relative": ("scores and mask depend on q_idx - kv_idx alone", _relative_problem),
     "permutable": ("every query sees every key, with scores that ignore positions", _permutable_problem),
+    "bidirectional": ("its declared mask_mod lets every query see every key", _bidirectional_problem),
     "head_free": ("scores and mask ignore the head index", _head_free_problem),
     "hidden_keys": ("some key is hidden from every query", _hidden_keys_problem),
     "plain_scores": ("the logits are q.k * scale, with no score_mod", _plain_scores_problem),

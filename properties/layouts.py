@@ -7,6 +7,8 @@ A layer target's ``layer(spec)`` builds its module at the spec's sizes, randomiz
   q_proj/k_proj/v_proj/o_proj);
 - ``fused_projections(qkv, o, spec)``: one projection whose outputs are q | k | v (nanoGPT's and
   minGPT's ``c_attn``/``c_proj``);
+- ``per_head_fused_projections(qkv, o, n_heads)``: one projection whose outputs hold, head by head, that
+  head's q, k and v (GPT-NeoX's and BLOOM's ``query_key_value``, viewed as (..., H, 3 * d));
 - ``multihead_attention(mha)``: torch's ``nn.MultiheadAttention`` (``in_proj_weight``, ``out_proj``);
 - ``pre_norm(norm)``: a LayerNorm or RMSNorm before the attention (``Layer(residual=True)`` for
   ``x + attn(norm(x))``).
@@ -61,6 +63,30 @@ def split_fused(
 def fused_projections(qkv, o, spec: LayerSpec, *, in_out: bool = False) -> dict:
     """The parameters of a fused q | k | v projection ``qkv`` and the output projection ``o``."""
     found = split_fused(*_weight_and_bias(qkv, in_out), spec)
+    found["wo"], found["bo"] = _weight_and_bias(o, in_out)
+    return found
+
+
+def split_per_head(t: torch.Tensor | None, n_heads: int) -> list[torch.Tensor | None]:
+    """The q, k and v rows of a fused weight (out, in) or bias (out,) whose rows hold, head by head,
+    that head's q, k and v, d rows each (three Nones for no bias)."""
+    if t is None:
+        return [None] * 3
+    if t.shape[0] % (3 * n_heads):
+        raise ValueError(
+            f"a per-head fused q|k|v projection of {t.shape[0]} outputs, not 3 x {n_heads} heads"
+        )
+    per_head = t.reshape(n_heads, 3, -1, *t.shape[1:])
+    return [per_head[:, i].reshape(-1, *t.shape[1:]) for i in range(3)]
+
+
+def per_head_fused_projections(qkv, o, n_heads: int, *, in_out: bool = False) -> dict:
+    """The parameters of a projection ``qkv`` whose outputs hold, head by head, q, k and v (GPT-NeoX,
+    BLOOM: ``view(B, T, H, 3 * d)`` then a split of the last axis), and the output projection ``o``."""
+    weight, bias = _weight_and_bias(qkv, in_out)
+    found: dict[str, torch.Tensor | None] = {}
+    for name, w, b in zip("qkv", split_per_head(weight, n_heads), split_per_head(bias, n_heads), strict=True):
+        found[f"w{name}"], found[f"b{name}"] = w, b
     found["wo"], found["bo"] = _weight_and_bias(o, in_out)
     return found
 

@@ -69,7 +69,7 @@ CAPABILITIES = {
     "sizes": "the layer refuses, when built, sizes it cannot compute (Hq % Hkv != 0, an odd RoPE head size)",
     "module": "a module or block x (B, T, D) -> (B, T, D), or a model tokens (B, T) -> logits (B, T, V)",
     "chunks": "the module decodes in chunks: decode(x, chunks), x run chunk by chunk from position 0",
-    "no_positions": "the module adds no positions: output i ignores the order of tokens 0..i-1",
+    "no_positions": "the module adds no positions: an output ignores the order of the tokens it sees",
     "padding": "the module takes a padding mask: module(x, attention_mask=m), m (B, T): 1 real token, 0 pad",
     "hidden_states": "the module returns each layer's output: hidden_states(x) -> one (B, T, D) per layer",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
@@ -89,6 +89,10 @@ ADAPTERS = {
     "hf-qwen2-model": "attnspec.properties.adapters.hf_models:QWEN2",
     "hf-qwen3-model": "attnspec.properties.adapters.hf_models:QWEN3",
     "hf-gptoss-model": "attnspec.properties.adapters.hf_models:GPTOSS",
+    "hf-gptneox": "attnspec.properties.adapters.hf_models:GPTNEOX",
+    "hf-gemma2": "attnspec.properties.adapters.hf_models:GEMMA2",
+    "hf-bloom-model": "attnspec.properties.adapters.hf_models:BLOOM",
+    "hf-bert-model": "attnspec.properties.adapters.hf_models:BERT",
     "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
     "flash-ref": "attnspec.properties.adapters.flash_ref:TARGET",
 }
@@ -120,8 +124,11 @@ class Layer:
     ``residual``; x' is x after the layer's pre-norm when it has one (``norm_weight`` given):
     RMSNorm (``norm="rms"``) or LayerNorm (``norm="layer"``, with ``norm_bias``), with ``eps``.
     RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md), after each head's q/k norm
-    when it has one (``q_norm``, ``k_norm``); a layer with ``rope=False``
-    rotates nothing (it has no positions, or absolute ones are added to x before it).  Head i of
+    when it has one (``q_norm``, ``k_norm``), over the first ``rotary_dim`` features of each head when
+    it rotates only those; a layer with ``rope=False`` rotates nothing (it has no positions, or absolute
+    ones are added to x before it).  ``scale`` replaces 1/sqrt(d); ``post_norm`` is a sandwich norm
+    on the attention's output before the residual; ``norm_at="post"`` puts the norm after the residual
+    (the layer is then norm(x + out)).  Head i of
     each projection is features i*d .. (i+1)*d - 1, and ``sinks`` are the per-head sink logits.
     properties/layouts.py builds one from the common module layouts (a fused qkv projection,
     torch's nn.MultiheadAttention)."""
@@ -150,12 +157,29 @@ class Layer:
     # its d features, with ``eps``, after the projection and before RoPE; None for a layer without
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
+    # partial rotary (GPT-NeoX, Phi): RoPE rotates the first rotary_dim features of each head only
+    rotary_dim: int | None = None
+    # the attention's scale when it is not 1/sqrt(d) (Gemma 2's query_pre_attn_scalar ** -0.5)
+    scale: float | None = None
+    # a sandwich norm (Gemma 2 and 3, OLMo 2): the gain (D,) of the RMSNorm, with eps, of the attention's
+    # output (after Wo and bo), before the residual
+    post_norm: torch.Tensor | None = None
+    # "pre": the norm (norm_weight) feeds the projections; "post": it normalises x plus the attention's
+    # output (the original Transformer's post-norm, BERT's)
+    norm_at: str = "pre"
 
     def __post_init__(self) -> None:
         if self.norm not in ("rms", "layer"):
             raise ValueError(
                 f"Layer(norm={self.norm!r}): the pre-norm is 'rms' (RMSNorm) or 'layer' (LayerNorm)"
             )
+        if self.norm_at not in ("pre", "post") or (self.norm_at == "post" and self.norm_weight is None):
+            raise ValueError(
+                f"Layer(norm_at={self.norm_at!r}): the norm comes 'pre' (before the projections) or "
+                "'post' (after the residual: give its norm_weight)"
+            )
+        if self.rotary_dim is not None and (self.rotary_dim < 2 or self.rotary_dim % 2):
+            raise ValueError(f"Layer(rotary_dim={self.rotary_dim!r}): RoPE rotates pairs of features")
         if self.norm_bias is not None and (self.norm != "layer" or self.norm_weight is None):
             raise ValueError(
                 "Layer(norm_bias=...) is LayerNorm's bias: give norm='layer' and its norm_weight"
@@ -165,6 +189,7 @@ class Layer:
         """What the layer reports, as keywords of the oracle layer (specs.oracle.attention_layer_oracle)."""
         names = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks")
         names += ("norm_weight", "norm_bias", "norm", "eps", "residual", "rope", "q_norm", "k_norm")
+        names += ("rotary_dim", "scale", "post_norm", "norm_at")
         return {name: getattr(self, name) for name in names}
 
 
@@ -223,6 +248,9 @@ class Target:
     # The query head counts it takes, as a model whose mods read a per-head table (ALiBi's slopes, T5's
     # buckets) does; empty: any.  Every case the kit draws has one of them (head_counts).
     heads: tuple[int, ...] = ()
+    # Partial rotary (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor): rope() rotates the first
+    # int(d * rotary_pct) features of a head of d; None: all of them.
+    rotary_pct: float | None = None
 
     def __post_init__(self) -> None:
         unknown = self.capabilities - set(CAPABILITIES)
@@ -240,6 +268,11 @@ class Target:
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
+        pct = self.rotary_pct
+        if pct is not None and (
+            isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 1
+        ):
+            raise ValueError(f"{self.name} declares rotary_pct={pct!r}: a fraction in (0, 1] expected")
         for field in ("max_len", "max_batch"):
             limit = getattr(self, field)
             positive = isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1
@@ -258,6 +291,11 @@ class Target:
 
     def supports(self, *names: str) -> bool:
         return set(names) <= self.capabilities
+
+    def rotary_dim(self, d: int) -> int | None:
+        """How many features of a head of ``d`` its rope() rotates: int(d * rotary_pct), or None for
+        all d."""
+        return None if self.rotary_pct is None else int(d * self.rotary_pct)
 
     def module_in(self, dtype: torch.dtype, device: torch.device | str) -> Callable:
         """The module to run in ``dtype`` on ``device``: an nn.Module is copied there once, in eval mode
@@ -342,6 +380,7 @@ def as_target(name: str, obj: object) -> Target:
         max_len=getattr(obj, "max_len", None),
         max_batch=getattr(obj, "max_batch", None),
         needs_contiguous=bool(getattr(obj, "needs_contiguous", False)),
+        rotary_pct=getattr(obj, "rotary_pct", None),
     )
 
 
@@ -378,6 +417,7 @@ def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
         vocab_size=vocab_size,
         hidden_states=getattr(obj, "hidden_states", None) if "hidden_states" in capabilities else None,
         rows_round_together=bool(getattr(obj, "rows_round_together", False)),
+        mask_mod=getattr(obj, "mask_mod", None),
     )
 
 

@@ -1,16 +1,19 @@
 """Modules, blocks and models as black boxes: x (B, T, D) -> (B, T, D), or tokens (B, T) -> logits
 (B, T, V) for a model (one that declares its ``vocab_size``), whatever is inside.
 
-A module target (an nn.Module, or a callable that declares "module") is checked for what every causal
-module owes its users, with no knowledge of its internals: causality (MOD-1), prefix invariance
-(MOD-2), batch independence with its shape, dtype and device (MOD-3), determinism in eval mode
-(MOD-4); with its declarations, the exact receptive field of its windowed layers, layer by layer when
-it returns each layer's output (MOD-5), an error past its maximum length (MOD-6), chunked decoding
-(MOD-7), blindness to the order of the past when it adds no positions (MOD-8), and, with a padding
-mask, padded batches whose real tokens get what each sequence gets alone, in a full pass (MOD-9) and
-decoded in chunks from a left-padded prompt (MOD-10).  A black box cannot see a wrong scale or a
-wrong head split that keeps causality: the layer properties (test_attention_layer.py) read a layer's
-parameters for that.  A model's inputs are token ids: "other values" are other ids.
+A module target (an nn.Module, or a callable that declares "module") is checked for what every module
+owes its users, with no knowledge of its internals: batch independence with its shape, dtype and device
+(MOD-3), determinism in eval mode (MOD-4); a causal one (no ``mask_mod``, or a causal one) also for
+causality (MOD-1), prefix invariance (MOD-2), and with its declarations the exact receptive field of
+its windowed layers, layer by layer when it returns each layer's output (MOD-5), chunked decoding
+(MOD-7) and blindness to the order of the past when it adds no positions (MOD-8); an encoder
+(``OBJ.mask_mod`` that lets every token see every other) for permutation equivariance when it adds no
+positions (MOD-11) and outputs that each depend on every token (MOD-12), the causal ones skipped with
+the reason (properties/laws.py). Any module: an error past its maximum length (MOD-6) and, with a
+padding mask, padded batches whose real tokens get what each sequence gets alone, in a full pass
+(MOD-9) and, causal, decoded in chunks from a left-padded prompt (MOD-10). A black box cannot see a
+wrong scale or a wrong head split that keeps causality: the layer properties (test_attention_layer.py)
+read a layer's parameters for that. A model's inputs are token ids: "other values" are other ids.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def reach(windows: tuple[int | None, ...]) -> int | None:
 
 
 @pytest.mark.req("MOD-1")
+@pytest.mark.law("causal")
 @given(case=module_cases(min_seq=2), data=st.data())
 def test_later_tokens_change_no_earlier_output(case, data, device):
     x = case.make(device)
@@ -139,6 +143,7 @@ def test_later_tokens_change_no_earlier_output(case, data, device):
 
 
 @pytest.mark.req("MOD-2")
+@pytest.mark.law("causal")
 @given(case=module_cases(min_seq=2), data=st.data())
 def test_a_prefix_alone_gives_the_first_rows(case, data, device):
     x = case.make(device)
@@ -207,6 +212,7 @@ def test_two_calls_in_eval_mode_agree_bitwise(case, device):
 
 
 @pytest.mark.req("MOD-5")
+@pytest.mark.law("causal")
 @given(case=module_cases(min_seq=2, max_seq=LONGEST + 4), data=st.data())
 def test_each_output_depends_on_exactly_its_declared_inputs(case, data, device):
     """Through the last layer, or through every layer when the module returns each one's output
@@ -289,6 +295,7 @@ def windowed_longest() -> int:
 
 
 @pytest.mark.req("MOD-7")
+@pytest.mark.law("causal")
 @pytest.mark.needs("chunks")
 @given(case=module_cases(max_seq=windowed_longest()), data=st.data())
 def test_decoding_in_chunks_equals_the_full_pass(case, data, device):
@@ -310,6 +317,7 @@ def test_decoding_in_chunks_equals_the_full_pass(case, data, device):
 
 
 @pytest.mark.req("MOD-8")
+@pytest.mark.law("causal")
 @pytest.mark.needs("no_positions")
 @given(case=module_cases(min_seq=3), data=st.data())
 def test_without_positions_the_order_of_the_past_does_not_matter(case, data, device):
@@ -320,6 +328,37 @@ def test_without_positions_the_order_of_the_past_does_not_matter(case, data, dev
     shuffled[:, :i] = x[:, list(order)]
     what = f"output {i} after tokens 0..{i - 1} were put in the order {list(order)} ({case})"
     assert_same_rows(run(shuffled, case.dtype)[:, i : i + 1], run(x, case.dtype)[:, i : i + 1], what)
+
+
+@pytest.mark.req("MOD-12")
+@pytest.mark.law("bidirectional")
+@given(case=module_cases(min_seq=2), data=st.data())
+def test_every_output_depends_on_every_token_of_an_encoder(case, data, device):
+    """An encoder (a mask_mod that lets every token see every other): changing one token changes the
+    output at every position, the earlier ones too, which a causal mask left on would keep."""
+    x = case.make(device)
+    j = data.draw(st.integers(0, case.seq - 1), label="changed token")
+    changed = x.clone()
+    changed[:, j] = other_values(x[:, j], case.seed + 3)
+    kept = unchanged(run(changed, case.dtype), run(x, case.dtype)).flatten(2).all(-1)  # (B, T)
+    assert not bool(kept.any()), (
+        f"changing token {j} left the outputs at (batch, position) {torch.nonzero(kept).tolist()[:8]} as "
+        f"they were: with its bidirectional mask_mod every output sees token {j} (a causal mask left on?) "
+        f"({case})"
+    )
+
+
+@pytest.mark.req("MOD-11")
+@pytest.mark.law("bidirectional", "permutable")
+@pytest.mark.needs("no_positions")
+@given(case=module_cases(min_seq=2), data=st.data())
+def test_without_positions_or_a_mask_permuting_the_tokens_permutes_the_outputs(case, data, device):
+    """A module whose mask_mod lets every token see every other (an encoder) and that adds no positions
+    cannot tell where a token is: its outputs follow the tokens wherever they are put."""
+    x = case.make(device)
+    order = list(data.draw(st.permutations(range(case.seq)), label="order of the tokens"))
+    what = f"outputs of the tokens put in the order {order} vs the outputs put in that order ({case})"
+    assert_same_rows(run(x[:, order], case.dtype), run(x, case.dtype)[:, order], what)
 
 
 # --- MOD-9, MOD-10: padding -------------------------------------------------------------------------
@@ -376,6 +415,7 @@ def test_a_padded_batch_gives_each_sequence_its_own_outputs(case, device):
 
 
 @pytest.mark.req("MOD-10")
+@pytest.mark.law("causal")
 @pytest.mark.needs("padding", "chunks")
 @given(case=padded_cases(sides=("left",), max_seq=windowed_longest()), data=st.data())
 def test_a_left_padded_batch_decodes_as_each_sequence_alone(case, data, device):

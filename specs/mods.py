@@ -110,12 +110,18 @@ def same_document(document_ids: torch.Tensor, tq: int) -> torch.Tensor:
 # --- the reference mods of impl's variants, from their formulas ------------------------------------
 
 
+def bidirectional(b, h, q_idx, kv_idx):
+    """An encoder's mask: every query sees every key (an encoder's ``OBJ.mask_mod``)."""
+    return kv_idx >= 0
+
+
 def soft_cap(cap: float) -> ScoreMod:
     """Logit soft-capping (Gemma 2): cap * tanh(score / cap), on the scaled logit, before any mask."""
 
     def soft_cap(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)
 
+    soft_cap.__qualname__ = f"soft_cap({cap:g})"  # how messages name it
     return soft_cap
 
 
@@ -138,6 +144,7 @@ def alibi(slopes: list[float] | torch.Tensor) -> ScoreMod:
     def alibi(score, b, h, q_idx, kv_idx):
         return score + table.to(score.dtype)[h] * (kv_idx - q_idx).to(score.dtype)
 
+    alibi.__qualname__ = f"alibi({len(table)} heads)"  # how messages name it
     return alibi
 
 

@@ -17,12 +17,16 @@ FlexAttention one, slow when eager, passes a selection of it there and the whole
   through ``(key, value)`` tuples), a module target that decodes in chunks, with its white box;
 - ``neox_style``: a Hugging-Face-GPT-NeoX-style attention module (a per-head fused ``query_key_value``,
   ``rotate_half`` RoPE after the cache's length, ``layer_past`` in and ``present`` out, ``**kwargs``),
-  wrapped as a user does to check it, a module target that decodes in chunks.
+  wrapped as a user does to check it, a module target that decodes in chunks;
+- ``vit_encoder``: a timm-ViT-style bidirectional encoder (a fused ``qkv`` split by ``permute``, q scaled
+  before the product, an additive key-padding mask, no positions in the blocks), a module target that
+  declares its mask_mod all-visible.
 
-Two module targets have a broken twin with a bug their users ship: ``torch_multihead``'s
-``NORMED_IN_FLOAT32`` (an RMS norm cast to float32 in a module that declares float64) and
+Three module targets have broken twins with bugs their users ship: ``torch_multihead``'s
+``NORMED_IN_FLOAT32`` (an RMS norm cast to float32 in a module that declares float64),
 ``neox_style``'s ``KWARGS_SWALLOW_THE_CACHE`` (the cache handed over as ``past_key_value=``, which
-NeoX's ``**kwargs`` takes without an error).
+NeoX's ``**kwargs`` takes without an error) and ``vit_encoder``'s ``CAUSAL_LEFT_ON`` (a decoder's
+``is_causal=True`` in an encoder) and ``PADS_ATTENDED`` (the padding bias built, never added).
 
 Four more declare what their attention computes (properties/declared.py), each beside a broken twin with
 a bug their users ship, which the kit fails:

@@ -3,7 +3,8 @@ legitimate convention: the conformance kit must fail them and name the conventio
 (meta_tests/test_conformance.py).  WINDOW_IGNORED follows none but drops the window, a bug the kit
 names too (never as a window of W+1 keys, which it resembles over 2 keys).  FLOAT32_LAYER follows
 no other convention: it claims "float64" but computes its layer in float32, which only a float64
-layer property can see; TRANSPOSED returns (B, Tq, Hq, dv), a shape bug.
+layer property can see; TRANSPOSED returns (B, Tq, Hq, dv), a shape bug.  PARTIAL_ROPE rotates half of
+each head without declaring rotary_pct: the kit names the declaration it lacks.
 
     pytest properties --impl properties.meta_tests.broken_targets:INCLUSIVE_WINDOW
 """
@@ -15,6 +16,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from attnspec.impl import apply_rope
 from attnspec.properties.adapters import impl_target
 from attnspec.properties.adapters.torch_sdpa import TARGET, attention
 from attnspec.properties.declared import half_split_order
@@ -47,6 +49,13 @@ def interleaved_rope(x, positions, base=10000.0):
     return impl_target.rope(half_split, positions, base)[..., order]
 
 
+def partial_rope(x, positions, base=10000.0):
+    """RoPE on the first half of each head only (where that is whole pairs), undeclared: Phi's partial
+    rotary, without the rotary_pct that would say so."""
+    d = x.shape[-1]
+    return apply_rope(x, positions, base=base, rotary_dim=d // 2 if d % 4 == 0 else None)
+
+
 def interleaved_rope_layer(spec: LayerSpec) -> Layer:
     """A layer that rotates the pairs (x_2i, x_2i+1): impl's block (half-split pairs) whose reported
     q and k rows are permuted per head so that feature 2i is the block's i and 2i+1 its i + d/2."""
@@ -74,6 +83,7 @@ INTERLEAVED_ROPE = replace(
     layer=interleaved_rope_layer,
     rope=interleaved_rope,
 )
+PARTIAL_ROPE = replace(TARGET, capabilities=TARGET.capabilities | {"rope"}, rope=partial_rope)
 FLOAT32_LAYER = replace(
     TARGET, capabilities=TARGET.capabilities | {"float64", "layer", "offset"}, layer=float32_layer
 )
@@ -110,4 +120,5 @@ FINDINGS = {
     "TOP_LEFT": "convention mismatch: the target follows top-left alignment",
     "INTERLEAVED_ROPE": "convention mismatch: the target follows interleaved RoPE pairs",
     "WINDOW_IGNORED": "window ignored: the target attends as if window=None",
+    "PARTIAL_ROPE": "partial rotary: the target rotates only the first",
 }

@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnspec.properties.layouts import fused_projections, multihead_attention, pre_norm, projections
+from attnspec.properties.layouts import (
+    fused_projections,
+    multihead_attention,
+    per_head_fused_projections,
+    pre_norm,
+    projections,
+)
 from attnspec.properties.targets import Layer, LayerSpec
 from attnspec.specs.oracle import attention_layer_oracle, layer_norm_oracle, pre_norm_oracle
 
@@ -26,6 +32,20 @@ def test_a_fused_projection_is_split_q_k_v_in_that_order():
     torch.testing.assert_close(torch.cat([found["wq"], found["wk"], found["wv"]]), qkv.weight, rtol=0, atol=0)
     torch.testing.assert_close(found["bk"], qkv.bias[6:12], rtol=0, atol=0)
     assert found["wo"] is o.weight and found["bo"] is o.bias
+
+
+def test_a_per_head_fused_projection_is_split_as_a_neox_style_view_splits_it():
+    # GPT-NeoX and BLOOM: qkv(x).view(B, T, H, 3 * d), then q | k | v along the last axis of each head
+    qkv, o = nn.Linear(6, 18).double(), nn.Linear(6, 6).double()
+    inputs = x()
+    found = per_head_fused_projections(qkv, o, n_heads=3)
+    q, k, v = qkv(inputs).view(2, 5, 3, 6).split(2, dim=-1)
+    for name, heads in zip("qkv", (q, k, v), strict=True):
+        projected = inputs @ found[f"w{name}"].T + found[f"b{name}"]
+        torch.testing.assert_close(projected, heads.reshape(2, 5, 6), rtol=0, atol=1e-12)
+    assert found["wo"] is o.weight
+    with pytest.raises(ValueError, match="not 3 x 4 heads"):
+        per_head_fused_projections(qkv, o, n_heads=4)
 
 
 class InOut(nn.Module):

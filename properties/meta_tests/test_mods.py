@@ -167,7 +167,7 @@ HOLDS = {  # declaration -> the laws that hold for it (every other one does not)
     "prefix_lm": ({"mask_mod": prefix_lm}, {"head_free", "plain_scores", "additive"}),  # sees ahead
     "bidirectional": (
         {"mask_mod": bidirectional},
-        {"relative", "permutable", "head_free", "plain_scores", "additive"},
+        {"relative", "permutable", "bidirectional", "head_free", "plain_scores", "additive"},
     ),
     "soft_cap": (
         {"score_mod": mods.soft_cap(5.0)},

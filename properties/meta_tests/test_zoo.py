@@ -28,6 +28,7 @@ MODULES = (  # the first two with a white box
     "examples.zoo.torch_multihead:ATTENTION",
     "examples.zoo.gpt2_style:MODEL",
     "examples.zoo.neox_style:ATTENTION",
+    "examples.zoo.vit_encoder:ENCODER",  # bidirectional: declares its mask_mod
 )
 # Attention functions checked under a declaration of what they compute (properties/declared.py); not in
 # KERNELS, since the peers' recipes know neither mods nor documents.
@@ -93,6 +94,12 @@ TWINS = {
     },
     "examples.zoo.neox_style:KWARGS_SWALLOW_THE_CACHE": {  # the cache under a name forward does not take
         "test_decoding_in_chunks_equals_the_full_pass": ("the cache was never read", "**kwargs"),
+    },
+    "examples.zoo.vit_encoder:CAUSAL_LEFT_ON": {  # a decoder's is_causal=True in an encoder
+        "test_every_output_depends_on_every_token_of_an_encoder": ("a causal mask left on?",),
+    },
+    "examples.zoo.vit_encoder:PADS_ATTENDED": {  # the padding bias built, never added
+        "test_a_padded_batch_gives_each_sequence_its_own_outputs": ("vs alone", "differ"),
     },
     "examples.zoo.tiled_gqa_attend:interleaved_groups": {  # declared gqa-tile, grouped h // r
         "test_matches_the_oracle": (
