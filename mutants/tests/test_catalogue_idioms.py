@@ -367,6 +367,43 @@ def changed(code: str, fault: str) -> list[str]:
             "F25",
             {"mod = lambda b, h, q_idx, kv_idx: kv_idx <= q_idx"},
         ),
+        # F26: partial rotary's share dropped (GPT-NeoX's rotary_ndims, the rope init's dim), or its
+        # rotated and passed slices exchanged (apply_rotary_pos_emb's q_rot, q_pass)
+        (
+            "self.rotary_ndims = int(self.head_size * partial_rotary_factor)",
+            "F26",
+            {"self.rotary_ndims = int(self.head_size)"},
+        ),
+        (
+            "dim = int(head_dim * config.rope_parameters['partial_rotary_factor'])",
+            "F26",
+            {"dim = int(head_dim)"},
+        ),
+        ("rotated = d if rotary_dim is None else rotary_dim", "F26", {"rotated = d"}),
+        (
+            "q_rot, q_pass = q[..., :rotary_dim], q[..., rotary_dim:]",
+            "F26",
+            {
+                "q_rot, q_pass = q[..., rotary_dim:], q[..., rotary_dim:]",
+                "q_rot, q_pass = q[..., :rotary_dim], q[..., :rotary_dim]",
+            },
+        ),
+        (
+            "q_embed = torch.cat([q_embed, q_pass], dim=-1)",
+            "F26",
+            {"q_embed = torch.cat([q_pass, q_embed], dim=-1)"},
+        ),
+        # F27: a per-head q/k norm dropped (Qwen3's, inside the view and transpose chain)
+        (
+            "query_states = self.q_norm(self.q_proj(x).view(shape)).transpose(1, 2)",
+            "F27",
+            {"query_states = self.q_proj(x).view(shape).transpose(1, 2)"},
+        ),
+        (
+            "q, k = self.q_norm(q), self.k_norm(k)",
+            "F27",
+            {"q, k = q, self.k_norm(k)", "q, k = self.q_norm(q), k"},
+        ),
     ],
 )
 def test_operators_recognise_real_idioms(code, fault, expected):
@@ -423,6 +460,12 @@ def test_operators_recognise_real_idioms(code, fault, expected):
         ("n = max(0, tq - tk) if causal else 0", "F25"),  # a count the flag picks, not a mask
         ("if causal and window is None:\n        pass", "F25"),  # not the flag alone
         ("mod = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx", "F25"),  # already causal
+        ("half = head_dim // 2", "F26"),  # RoPE's own halves, not a partial share
+        ("y = x[..., :half]", "F26"),
+        ("y = torch.cat([a, b], dim=-1)", "F26"),  # nothing passed through by name
+        ("h = self.norm(x)", "F27"),  # a pre-norm of the whole width, not a head's q or k
+        ("v = self.v_norm(v)", "F27"),
+        ("qkv = self.qkv_norm(x)", "F27"),
     ],
 )
 def test_operators_leave_look_alikes_alone(code, fault):
@@ -457,6 +500,34 @@ def test_post_norm_and_rope_on_v_in_statement_form():
         "value_states, _ = apply_rotary_pos_emb(value_states, value_states, cos, sin)" in m for m in rope
     )
     assert any("    pass\n" in m for m in rope)  # RoPE not applied at all
+
+
+def test_qk_norm_moved_after_the_rotation():
+    """F27's other half: the normalisation of q and k, one statement (or an if around it), moved
+    after the RoPE statements that follow it; a norm inside a projection chain stays put."""
+    made = mutate(
+        """
+        def forward(self, q, k, offset):
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q = apply_rope(q, offset=offset)
+            k = apply_rope(k, offset=offset)
+            return q, k
+        """,
+        "F27",
+    )
+    moved = [m for m in made if m.index("apply_rope(k") < m.index("if self.q_norm")]
+    assert len(moved) == 1 and len(made) == 3  # moved, and each norm dropped
+    chained = mutate(
+        """
+        def forward(self, x, cos, sin):
+            q = self.q_norm(self.q_proj(x))
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            return q
+        """,
+        "F27",
+    )
+    assert len(chained) == 1  # dropped only: the statement reads x, so moving it would break the code
 
 
 def test_sink_column_dropped_whatever_the_sinks_are_called():

@@ -19,6 +19,8 @@ F16, F24  a bound made inclusive or exclusive (``<`` <-> ``<=``), or mirrored (F
 F17-F19   a keyword set to None, an operand dropped (``allowed & pads`` -> ``allowed``)
 F22       an operand dropped
 F23       the operands of a subtraction swapped (``q - kv`` -> ``kv - q``)
+F26       an operand dropped (``head_dim * rotary_pct`` -> ``head_dim``)
+F27       a call replaced by its first argument (``self.q_norm(q)`` -> ``q``)
 ========  ====================================================================================
 
 The other faults (F6, F8, F9, F11, F15, F20, F21, F25) change more than one line, or a line in a way
@@ -175,4 +177,6 @@ GENERIC: dict[str, tuple[Operator, ...]] = {
     "F22": (operand_dropped,),
     "F23": (operands_swapped,),
     "F24": (bound_toggled, comparison_mirrored),
+    "F26": (operand_dropped,),
+    "F27": (call_unwrapped,),
 }

@@ -1946,6 +1946,167 @@ def operator_full_mask_mod_made_causal(node: cst.IndentedBlock) -> Iterator[cst.
             yield node.deep_replace(inner[0].body[0], returned)
 
 
+# --- F26, F27: the layer variants' faults ----------------------------------------------------------
+
+
+def rotary_width_name(name: str) -> bool:
+    """rotary_dim, rotary_ndims, rot_dim, rotated, rotary_emb_dim: how many features RoPE rotates."""
+    w = name_words(name)
+    return bool(w & {"rotary", "rot", "rotated"}) and (
+        bool(w & {"dim", "ndims", "dims", "width"}) or "rotated" in w
+    )
+
+
+def partial_factor_name(name: str) -> bool:
+    """partial_rotary_factor, rotary_pct, rotary_percentage: the share of a head RoPE rotates."""
+    w = name_words(name)
+    return "partial" in w or bool(w & {"rotary", "rot"} and w & {"pct", "percentage", "fraction", "factor"})
+
+
+def names_partial_factor(node: cst.CSTNode) -> bool:
+    """The expression reads a partial-rotary share: a name, or a string key (config["rotary_pct"])."""
+    keys = [k.evaluated_value for k in m.findall(node, m.SimpleString()) if isinstance(k, cst.SimpleString)]
+    return any(
+        partial_factor_name(name) for name in [*names_in(node), *(k for k in keys if isinstance(k, str))]
+    )
+
+
+def operator_partial_factor_dropped(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """head_dim * partial_rotary_factor -> head_dim: the share dropped, every feature rotated."""
+    if not isinstance(node.operator, cst.Multiply):
+        return
+    for factor, other in ((node.right, node.left), (node.left, node.right)):
+        if names_partial_factor(factor) and not names_partial_factor(other):
+            yield other.with_changes(lpar=[], rpar=[]) if isinstance(other, cst.BinaryOperation) else other
+            return
+
+
+def operator_rotary_width_full(node: cst.IfExp) -> Iterator[cst.CSTNode]:
+    """head_dim if rotary_dim is None else rotary_dim -> head_dim: the rotary width ignored."""
+    if any(rotary_width_name(name) for name in names_in(node.test)) and any(
+        rotary_width_name(name) for name in names_in(node.orelse)
+    ):
+        if not any(rotary_width_name(name) for name in names_in(node.body)):
+            yield node.body
+
+
+def rotary_slice(node: cst.Subscript) -> tuple[int, cst.Slice] | None:
+    """(index, slice) of the one slice ``:r`` or ``r:`` in x[..., :r] / x[..., r:] whose bound names a
+    rotary width."""
+    found = None
+    for i, element in enumerate(node.slice):
+        piece = element.slice
+        if not isinstance(piece, cst.Slice) or piece.step is not None:
+            continue
+        bound = piece.upper if piece.lower is None else piece.lower if piece.upper is None else None
+        if bound is not None and any(rotary_width_name(name) for name in names_in(bound)):
+            if found is not None:
+                return None
+            found = (i, piece)
+    return found
+
+
+def operator_rotary_slice_swapped(node: cst.Subscript) -> Iterator[cst.CSTNode]:
+    """x[..., :rotary_dim] <-> x[..., rotary_dim:]: the pass-through features rotated, the rotated ones
+    passed (with r = d/2 the shapes still agree)."""
+    found = rotary_slice(node)
+    if found is None:
+        return
+    i, piece = found
+    swapped = piece.with_changes(lower=piece.upper, upper=piece.lower)
+    elements = list(node.slice)
+    elements[i] = elements[i].with_changes(slice=swapped)
+    yield node.with_changes(slice=elements)
+
+
+def operator_rotary_concat_swapped(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """torch.cat([rotated, x_pass], dim=-1) -> torch.cat([x_pass, rotated], dim=-1): the rotated
+    features put back after the passed ones (GPT-NeoX's and Phi's q_embed, impl's concatenation)."""
+    if call_name(node) not in ("cat", "concat", "concatenate") or not node.args:
+        return
+    parts = node.args[0].value
+    if not isinstance(parts, (cst.List, cst.Tuple)) or len(parts.elements) < 2:
+        return
+    passed = [i for i, e in enumerate(parts.elements) if words(e.value) & {"pass", "passed", "passthrough"}]
+    if len(passed) != 1 or passed[0] not in (0, len(parts.elements) - 1):
+        return
+    i = passed[0]
+    elements = list(parts.elements)
+    moved = elements.pop(i)
+    elements.insert(len(elements) if i == 0 else 0, moved)
+    commas = [e.comma for e in parts.elements]
+    elements = [e.with_changes(comma=c) for e, c in zip(elements, commas, strict=True)]
+    yield node.with_changes(
+        args=[node.args[0].with_changes(value=parts.with_changes(elements=elements)), *node.args[1:]]
+    )
+
+
+def qk_norm_name(name: str) -> bool:
+    """q_norm, k_norm, qk_norm, query_norm, key_norm, q_layernorm, k_ln: a per-head q or k norm."""
+    w = name_words(name)
+    normed = bool(w & {"norm", "layernorm", "ln", "rmsnorm"})
+    return normed and bool(w & {"q", "k", "qk", "query", "key"}) and not w & {"v", "value", "qkv"}
+
+
+def qk_norm_call(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and qk_norm_name(call_name(node)) and len(node.args) >= 1
+
+
+def operator_qk_norm_dropped(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """self.q_norm(x) -> x: the query's (or key's) per-head norm not applied."""
+    if qk_norm_call(node):
+        yield node.args[0].value
+
+
+def rope_call(node: cst.CSTNode) -> bool:
+    name = call_name(node)
+    w = name_words(name)
+    return bool(w & {"rope", "rotary"}) or name in ("apply_rotary_pos_emb", "rotate")
+
+
+def normalises_in_place(statement: cst.CSTNode) -> bool:
+    """``q = self.q_norm(q)``, ``q, k = self.q_norm(q), self.k_norm(k)``, or an ``if`` around such:
+    a statement that only normalises names already bound, so that it can move."""
+    if (
+        isinstance(statement, cst.If)
+        and statement.orelse is None
+        and isinstance(statement.body, cst.IndentedBlock)
+    ):
+        return bool(statement.body.body) and all(normalises_in_place(s) for s in statement.body.body)
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return False
+    calls = small.value.elements if isinstance(small.value, cst.Tuple) else [small.value]
+    targets = small.targets[0].target
+    names = targets.elements if isinstance(targets, cst.Tuple) else [targets]
+    return len(calls) == len(names) and all(
+        qk_norm_call(getattr(c, "value", c))
+        and m.matches(getattr(n, "value", n), m.Name())
+        and names_in(getattr(c, "value", c).args[0].value) == {getattr(n, "value", n).value}
+        for c, n in zip(calls, names, strict=True)
+    )
+
+
+def operator_qk_norm_after_rope(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """The q/k norm statement moved after the RoPE statements that follow it: the rotated heads
+    normalised (a norm after RoPE)."""
+    body = list(node.body)
+    for i, statement in enumerate(body):
+        if not normalises_in_place(statement):
+            continue
+        later = [j for j in range(i + 1, len(body)) if m.findall(body[j], m.MatchIfTrue(rope_call))]
+        if not later:
+            continue
+        last = later[0]
+        while last + 1 < len(body) and m.findall(body[last + 1], m.MatchIfTrue(rope_call)):
+            last += 1
+        moved = body[:i] + body[i + 1 : last + 1] + [statement] + body[last + 1 :]
+        yield node.with_changes(body=moved)
+        return
+
+
 CORE = "the attention core (every target has it)"
 FAULTS: tuple[Fault, ...] = (
     Fault(
@@ -2190,7 +2351,7 @@ FAULTS: tuple[Fault, ...] = (
         "F25",
         "causal mask left on a bidirectional path (causal=causal forced to True, 'if causal' dropped)",
         "real",
-        ("ATTN-4", "ATTN-7"),
+        ("ATTN-4", "ATTN-7", "MOD-12"),
         (
             (cst.Call, operator_causal_mask_left_on),
             (cst.If, operator_causal_mask_left_on),
@@ -2199,7 +2360,29 @@ FAULTS: tuple[Fault, ...] = (
             (cst.Lambda, operator_causal_mask_left_on),
             (cst.IndentedBlock, operator_full_mask_mod_made_causal),
         ),
-        "the 'non_causal' capability (causal=False), or a module whose code forwards the causal flag",
+        "the 'non_causal' capability (causal=False), a module whose code forwards the causal flag, or an "
+        "encoder that declares its all-visible mask_mod (MOD-12)",
+    ),
+    Fault(
+        "F26",
+        "partial rotary rotating the wrong features (the share dropped: all of d; or the two slices swapped)",
+        "real",
+        ("ROPE-5", "LAYER-1", "ROPE-3"),
+        (
+            (cst.BinaryOperation, operator_partial_factor_dropped),
+            (cst.IfExp, operator_rotary_width_full),
+            (cst.Subscript, operator_rotary_slice_swapped),
+            (cst.Call, operator_rotary_concat_swapped),
+        ),
+        "a rope() that declares rotary_pct, or a layer (the 'layer' capability) that reports rotary_dim",
+    ),
+    Fault(
+        "F27",
+        "q/k norm not applied, or applied after RoPE instead of before it",
+        "real",
+        ("BLOCK-6", "LAYER-1"),
+        ((cst.Call, operator_qk_norm_dropped), (cst.IndentedBlock, operator_qk_norm_after_rope)),
+        "a layer (the 'layer' capability) that reports q_norm and k_norm",
     ),
 )
 

@@ -74,12 +74,17 @@ EVIDENCE: dict[str, tuple[set[str], ...]] = {
     "F23": ({"alibi"}, {"slopes"}),
     "F24": ({"cu", "seqlens"}, {"document"}, {"documents"}, {"doc", "ids"}, {"=seq_ids"}, {"=sequence_ids"}),
     "F25": CAUSAL_SWITCH,
+    "F26": ({"partial", "rotary"}, {"rotary", "dim"}, {"rotary", "ndims"}, {"rotary", "pct"}, {"rot", "dim"}),
+    # a per-head norm of q or k by its whole name (q and norm on one line are any pre-norm's projection)
+    "F27": tuple(
+        {f"={name}"} for name in ("q_norm", "k_norm", "qk_norm", "query_norm", "key_norm", "q_layernorm")
+    ),
 }
 # words that void a fault's evidence on their line: cache_position (the queries' positions in Hugging
 # Face's mask builders) is no cache, and a window beside it is the mask's band, not an eviction
 VOIDED_BY = {"F11": {"=cache_position"}, "F20": {"=cache_position"}}
 # a feature that only exists beside another: a RoPE offset needs RoPE
-NEEDS = {"F12": "F7"}
+NEEDS = {"F12": "F7", "F26": "F7"}
 
 
 @dataclass(frozen=True)

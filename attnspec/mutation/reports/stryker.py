@@ -22,7 +22,7 @@ THRESHOLDS = {"high": 80, "low": 60}
 class Mutant:
     name: str  # e.g. attnspec.impl.masks.x_attention_mask__mutmut_3, pkg.mod.Attention.forward__F3_1
     path: str  # source file as reports show it, e.g. attnspec/impl/masks.py
-    operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F25)
+    operator: str  # mutmut operator name (swap_op, number, ...) or catalogue fault id (F1..F27)
     status: str  # Stryker status
     start: tuple[int, int] = (1, 1)  # 1-based line and column, end exclusive
     end: tuple[int, int] = (1, 1)
