@@ -28,6 +28,10 @@ TARGETS = (
     "hf-qwen2-model",
     "hf-qwen3-model",
     "hf-gptoss-model",
+    "hf-gptneox",
+    "hf-gemma2",
+    "hf-bloom-model",
+    "hf-bert-model",
     "flash-ref",
 )
 TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"

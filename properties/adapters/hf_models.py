@@ -1,15 +1,20 @@
-"""Whole Hugging Face transformers causal LMs as model targets (optional: pip install transformers).
+"""Whole Hugging Face transformers models as model targets (optional: pip install transformers).
 
 Each target is one family's ``*ForCausalLM`` (Llama; Mistral, a sliding window on every layer; Qwen2, a
 window on some layers; Qwen3, the same with q/k norm; GptOss, alternating windowed and full layers,
-with sinks) built from a tiny config with random weights, nothing downloaded, eager attention, in eval
-mode: tokens (B, T) -> logits (B, T, V). Every plumbing step between the model and its attention is the
-library's own: the model builds its masks (``create_causal_mask``,
-``create_sliding_window_causal_mask``) from the padding mask, its position ids, its ``DynamicCache``
-with its sliding-window layers. What the kit adds is what a user's code or ``generate`` does:
+with sinks; GPT-NeoX, partial rotary and a parallel residual; Gemma 2, soft-capping, sandwich norms and
+alternating windows; BLOOM, ALiBi) or BERT's ``BertForMaskedLM``, a bidirectional encoder declared with
+an all-visible mask_mod, built from a tiny config with random weights, nothing downloaded, eager
+attention, in eval mode: tokens (B, T) -> logits (B, T, V), with the family's layer as the white box
+where the kit has one. Every plumbing step between the model and its attention is the library's own:
+the model builds its masks (``create_causal_mask``, ``create_sliding_window_causal_mask``,
+``create_bidirectional_mask``, BLOOM's ALiBi from the padding mask) from the padding mask, its position
+ids, its ``DynamicCache`` with its sliding-window layers.
+What the kit adds is what a user's code or ``generate`` does:
 
 - with a padding mask, the position ids ``generate`` makes (``_prepare_position_ids_for_generation``:
-  real tokens counted from 0), so a left-padded sequence starts at position 0;
+  real tokens counted from 0), so a left-padded sequence starts at position 0 (BLOOM takes none: its
+  ALiBi counts from the mask; the encoder's are counted from the mask the same way);
 - ``decode(tokens, chunks)``: the prompt, then chunks, through one ``DynamicCache(config=...)``; without a
   padding mask as a user's loop does it (``model(chunk, cache=cache)``: the model offsets the positions
   by what the cache holds), with one as ``generate`` does it (``prepare_inputs_for_generation`` and
@@ -24,12 +29,21 @@ with its sliding-window layers. What the kit adds is what a user's code or ``gen
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BloomConfig,
+    BloomForCausalLM,
     DynamicCache,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     GptOssConfig,
     GptOssForCausalLM,
     LlamaConfig,
@@ -45,6 +59,7 @@ from transformers import (
 from attnspec.properties.adapters import hf_eager
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.targets import Target
+from attnspec.specs.mods import bidirectional
 
 WINDOW = 3  # small: the properties' sequences wrap every windowed layer's cache
 SIZES = dict(
@@ -67,8 +82,9 @@ class Family:
     config: type
     model: type
     module: str  # the modeling file
-    extra: dict  # the family's own settings
-    layer: Target  # the family's decoder layer (hf_eager): the model's white box
+    extra: dict  # the family's own settings (over SIZES)
+    layer: Target | None  # the family's decoder layer (hf_eager): the model's white box, if the kit has one
+    encoder: bool = False  # bidirectional: every token sees every other, no cache
 
 
 FAMILIES = {
@@ -110,11 +126,48 @@ FAMILIES = {
         {"sliding_window": WINDOW, "num_local_experts": 4, "num_experts_per_tok": 2},
         hf_eager.GPTOSS,
     ),
+    # rotary on a quarter of each head (the config's default partial_rotary_factor 0.25), attention and
+    # MLP in parallel from the same input (use_parallel_residual), a fused query_key_value projection,
+    # LayerNorm; heads of 8 features so that the rotated quarter is a pair
+    "gptneox": Family(
+        "GPTNeoX",
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        "transformers.models.gpt_neox.modeling_gpt_neox",
+        {"hidden_size": 32},
+        hf_eager.GPTNEOX,
+    ),
+    # soft-capped attention logits (attn_logit_softcapping 50) and final logits (30), windowed and full
+    # layers alternating (the config's default layer_types), sandwich norms (RMSNorm before and after
+    # attention and MLP), the scale from query_pre_attn_scalar, embeddings times sqrt(hidden_size)
+    "gemma2": Family(
+        "Gemma2",
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        "transformers.models.gemma2.modeling_gemma2",
+        {"sliding_window": WINDOW},
+        hf_eager.GEMMA2,
+    ),
+    # ALiBi: no positions added, a per-head linear bias on the scores, counted from each sequence's
+    # first real token (build_alibi_tensor reads the padding mask)
+    "bloom": Family(
+        "Bloom", BloomConfig, BloomForCausalLM, "transformers.models.bloom.modeling_bloom", {}, hf_eager.BLOOM
+    ),
+    # a bidirectional encoder: absolute learned positions, post-norm layers, a masked-LM head
+    "bert": Family(
+        "Bert",
+        BertConfig,
+        BertForMaskedLM,
+        "transformers.models.bert.modeling_bert",
+        {},
+        hf_eager.BERT,
+        encoder=True,
+    ),
 }
 
 
 def build(family: Family, seed: int = 0) -> nn.Module:
-    config = family.config(**SIZES, **family.extra)
+    config = family.config(**{**SIZES, **family.extra})
     config._attn_implementation = "eager"
     return randomize_(family.model(config), seed).eval()  # every parameter drawn from the seed
 
@@ -137,16 +190,21 @@ class CausalLM(nn.Module):
         self.model = model
         self.vocab_size = model.config.vocab_size
         self.windows = windows_of(model.config)
+        # ALiBi (BLOOM) takes no position ids: its bias counts from the padding mask
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
 
-    def positions(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model._prepare_position_ids_for_generation(tokens, {"attention_mask": attention_mask})
+    def positions(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        if not self.takes_positions:
+            return {}
+        ids = self.model._prepare_position_ids_for_generation(tokens, {"attention_mask": attention_mask})
+        return {"position_ids": ids}
 
     def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if attention_mask is None:
             return self.model(input_ids=tokens, use_cache=False).logits
-        position_ids = self.positions(tokens, attention_mask)
+        positions = self.positions(tokens, attention_mask)
         return self.model(
-            input_ids=tokens, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            input_ids=tokens, attention_mask=attention_mask, use_cache=False, **positions
         ).logits
 
     def hidden_states(self, tokens: torch.Tensor) -> list[torch.Tensor]:
@@ -164,7 +222,7 @@ class CausalLM(nn.Module):
             return torch.cat(outputs, dim=1)
         first = chunks[0]
         kwargs = {"attention_mask": attention_mask[:, :first], "cache": cache, "use_cache": True}
-        kwargs["position_ids"] = self.positions(tokens[:, :first], kwargs["attention_mask"])
+        kwargs.update(self.positions(tokens[:, :first], kwargs["attention_mask"]))
         result = None
         for i, size in enumerate(chunks):
             end = start + size
@@ -179,28 +237,63 @@ class CausalLM(nn.Module):
         return torch.cat(outputs, dim=1)
 
 
+class MaskedLM(nn.Module):
+    """A masked-LM encoder as a model target: tokens -> logits, every token seeing every other.  With a
+    padding mask, each sequence's positions count from its own first real token, as a user who
+    left-pads an encoder with absolute positions must give them (right padding needs nothing)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.vocab_size = model.config.vocab_size
+
+    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if attention_mask is None:
+            return self.model(input_ids=tokens).logits
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return self.model(input_ids=tokens, attention_mask=attention_mask, position_ids=position_ids).logits
+
+
 LAYER_CAPABILITIES = {"layer", "window", "gqa", "sinks", "offset", "cache"}
 # what a windowed layer's cache hands its attention: mutated on the families with windows
 SLIDING_CACHE = "transformers.cache_utils:DynamicSlidingWindowLayer.update"
 
 
-def model_target(key: str) -> Target:
-    """The family's causal LM, with its decoder layer as its white box (what a black box cannot see: a
-    scale, GQA's grouping, RoPE on the values)."""
+def model_target(key: str, name: str | None = None) -> Target:
+    """The family's causal LM, with its decoder layer as its white box where the kit has one (what a
+    black box cannot see: a scale, GQA's grouping, RoPE on the values); an encoder's masked LM,
+    declared bidirectional."""
     family = FAMILIES[key]
-    lm = CausalLM(build(family))
+    name = name or f"hf-{key}-model"
     sources: tuple[str, ...] = (family.module, "transformers.masking_utils")
+    about = f"transformers' {family.model.__name__}, a tiny random config"
+    white_box = family.layer.capabilities & LAYER_CAPABILITIES if family.layer else frozenset()
+    # the white box's sizes and declared mods (Gemma 2's soft-capping, BLOOM's ALiBi) are the model's
+    shared = ("layer", "head_dims", "tied_width", "heads", "score_mod")
+    layer = {} if family.layer is None else {field: getattr(family.layer, field) for field in shared}
+    if family.encoder:
+        lm = MaskedLM(build(family))
+        return Target(
+            name,
+            None,
+            frozenset({"module", "padding"}) | white_box,
+            about,
+            sources=sources,
+            module=lm,
+            vocab_size=lm.vocab_size,
+            mask_mod=bidirectional,
+            **layer,
+        )
+    lm = CausalLM(build(family))
     if any(window is not None for window in lm.windows):
         sources += (SLIDING_CACHE,)
     return Target(
-        f"hf-{key}-model",
+        name,
         None,
         # not "float64": eager attention takes its softmax in float32 whatever the dtype (and in float64,
         # where finfo.min turns -inf in float32, a left pad's row of scores is NaN: README, "Findings")
-        frozenset({"module", "chunks", "padding", "hidden_states"})
-        | (family.layer.capabilities & LAYER_CAPABILITIES),
-        f"transformers' {family.name}ForCausalLM, a tiny random config",
-        layer=family.layer.layer,
+        frozenset({"module", "chunks", "padding", "hidden_states"}) | white_box,
+        about,
         sources=sources,
         module=lm,
         windows=lm.windows,
@@ -210,11 +303,27 @@ def model_target(key: str) -> Target:
         # GptOss's experts multiply the tokens routed to each expert together: one token's logits move
         # in the last bits when another token changes its route
         rows_round_together=key == "gptoss",
+        **layer,
     )
 
 
-LLAMA = model_target("llama")
-MISTRAL = model_target("mistral")
-QWEN2 = model_target("qwen2")
-QWEN3 = model_target("qwen3")
-GPTOSS = model_target("gptoss")
+# The targets by the names ADAPTERS gives them, each built when first asked for (PEP 562): loading one
+# model does not build the others.
+BUILT_ON_USE = {
+    "LLAMA": ("llama", None),
+    "MISTRAL": ("mistral", None),
+    "QWEN2": ("qwen2", None),
+    "QWEN3": ("qwen3", None),
+    "GPTOSS": ("gptoss", None),
+    "GPTNEOX": ("gptneox", "hf-gptneox"),
+    "GEMMA2": ("gemma2", "hf-gemma2"),
+    "BLOOM": ("bloom", None),
+    "BERT": ("bert", None),
+}
+
+
+def __getattr__(name: str) -> Target:
+    if name not in BUILT_ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    target = globals()[name] = model_target(*BUILT_ON_USE[name])
+    return target
