@@ -103,8 +103,9 @@ class AttentionBlock(nn.Module):
         self.qkv = nn.Linear(config.d_model, q_width + 2 * kv_width, bias=False)
         self.out = nn.Linear(q_width, config.d_model, bias=False)
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.use_sinks else None
-        self.q_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
-        self.k_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else None
+        # over each head's d features, before RoPE; the identity without qk_norm
+        self.q_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(config.head_dim, eps=config.norm_eps) if config.qk_norm else nn.Identity()
 
     def new_cache(self, max_len: int) -> KVCache:
         """An empty KV cache for this layer (its window) and sequences of up to max_len tokens."""
@@ -147,8 +148,7 @@ class AttentionBlock(nn.Module):
         kv_width = cfg.n_kv_heads * cfg.head_dim
         q, k, v = self.qkv(self.norm(x)).split([q_width, kv_width, kv_width], dim=-1)
         q, k = split_heads(q, cfg.n_heads), split_heads(k, cfg.n_kv_heads)
-        if self.q_norm is not None and self.k_norm is not None:  # over each head's d features, before RoPE
-            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, offset=offset, base=cfg.rope_base, rotary_dim=cfg.rotary_dim)
         k = apply_rope(k, offset=offset, base=cfg.rope_base, rotary_dim=cfg.rotary_dim)
         v = split_heads(v, cfg.n_kv_heads)  # V is never rotated

@@ -140,8 +140,8 @@ def block_variants(block, cfg) -> dict:
     if not cfg.qk_norm:
         return {"rotary_dim": cfg.rotary_dim}
     q_norm, k_norm = getattr(block, "q_norm", None), getattr(block, "k_norm", None)
-    if q_norm is None or k_norm is None:
-        raise AssertionError("the config asks for qk_norm, but the block has no q_norm and k_norm")
+    if not (hasattr(q_norm, "weight") and hasattr(k_norm, "weight")):
+        raise AssertionError("the config asks for qk_norm, but the block has no q_norm and k_norm gains")
     return {"q_norm": q_norm.weight, "k_norm": k_norm.weight, "rotary_dim": cfg.rotary_dim}
 
 
