@@ -169,6 +169,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 MODULE_PROPERTIES = HERE / "test_modules.py"
 LAYER_PROPERTIES = HERE / "test_attention_layer.py"  # for any target: a module's white box too
+CROSS_PROPERTIES = HERE / "test_cross_attention.py"  # for any target with a cross-attention layer
 
 
 def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
@@ -177,7 +178,7 @@ def _of_another_kind(item: pytest.Item, target: targets.Target) -> bool:
     are of every kind (a module without a layer() is told that they need one)."""
     if item.path == MODULE_PROPERTIES:
         return not target.supports("module")
-    if item.path == LAYER_PROPERTIES:
+    if item.path in (LAYER_PROPERTIES, CROSS_PROPERTIES):
         return False
     return target.attention is None and _is_property(item)
 

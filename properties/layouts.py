@@ -9,7 +9,8 @@ A layer target's ``layer(spec)`` builds its module at the spec's sizes, randomiz
   minGPT's ``c_attn``/``c_proj``);
 - ``per_head_fused_projections(qkv, o, n_heads)``: one projection whose outputs hold, head by head, that
   head's q, k and v (GPT-NeoX's and BLOOM's ``query_key_value``, viewed as (..., H, 3 * d));
-- ``multihead_attention(mha)``: torch's ``nn.MultiheadAttention`` (``in_proj_weight``, ``out_proj``);
+- ``multihead_attention(mha)``: torch's ``nn.MultiheadAttention`` (``in_proj_weight``, ``out_proj``; with
+  ``kdim``/``vdim``, a cross-attention layer's ``q_proj_weight``, ``k_proj_weight``, ``v_proj_weight``);
 - ``pre_norm(norm)``: a LayerNorm or RMSNorm before the attention (``Layer(residual=True)`` for
   ``x + attn(norm(x))``).
 
@@ -92,10 +93,18 @@ def per_head_fused_projections(qkv, o, n_heads: int, *, in_out: bool = False) ->
 
 
 def multihead_attention(mha: torch.nn.MultiheadAttention) -> dict:
-    """The parameters of torch's nn.MultiheadAttention used for self-attention: its in_proj_weight
-    (q | k | v), in_proj_bias and out_proj."""
-    if mha.in_proj_weight is None:
-        raise ValueError("nn.MultiheadAttention with kdim or vdim != embed_dim attends across, not to itself")
+    """The parameters of torch's nn.MultiheadAttention: its in_proj_weight (q | k | v), or with kdim or
+    vdim != embed_dim (cross-attention: a layer of the "cross" capability) its q_proj_weight,
+    k_proj_weight and v_proj_weight; in_proj_bias (q | k | v) and out_proj."""
+    if mha.in_proj_weight is None:  # keys and values projected from a context of another width
+        embed = mha.embed_dim
+        bias = mha.in_proj_bias
+        biases = [None] * 3 if bias is None else [bias[i * embed : (i + 1) * embed] for i in range(3)]
+        weights = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+        found = {f"w{name}": w for name, w in zip("qkv", weights, strict=True)}
+        found |= {f"b{name}": b for name, b in zip("qkv", biases, strict=True)}
+        found["wo"], found["bo"] = mha.out_proj.weight, mha.out_proj.bias
+        return found
     if mha.bias_k is not None:
         raise ValueError(
             "nn.MultiheadAttention(add_bias_kv=True) attends to an extra learned key: no Layer has one"

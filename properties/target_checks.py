@@ -117,6 +117,8 @@ def target_problems(target: Target, device: torch.device | str = "cpu") -> list[
     support is passed as None), and again with return_weights=True when the target declares
     "weights", on a small causal problem, and looks at what comes back; a module target is called
     once on x (1, 5, D)."""
+    if target.attention is None and target.module is None:
+        return layer_problems(target, device)
     if target.attention is None:
         return module_problems(target, device)
     batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
@@ -182,6 +184,28 @@ def meta_problem(target: Target) -> str | None:
     except Exception as error:  # whatever stops it on meta
         return f"{type(error).__name__}: {_first_line(error)}"
     return None
+
+
+def layer_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
+    """What keeps a target that is only a layer (a cross-attention layer) from being checked: the layer
+    of a small LayerSpec, called on x (1, 5, D) (and, with "cross", on a context (1, 3, D)), must return
+    a tensor of x's shape, dtype and device, without NaN."""
+    if target.layer is None:
+        return [f"--impl {target.name}: neither an attention function, a module nor a layer() {SEE}"]
+    n_heads = target.head_counts(2, 2)[0]
+    d = target.head_size(4)
+    spec = targets.LayerSpec(target.layer_width(n_heads, d, 2 * n_heads), n_heads, n_heads, d, device=device)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 5, spec.d_model, generator=gen).to(device)
+    context = {"context": torch.randn(1, 3, spec.d_model, generator=gen).to(device)}
+    across = ", context=c" if target.supports("cross") else ""
+    call = f"--impl {target.name}: layer({spec}).forward(x, 0{across})"
+    try:
+        with torch.no_grad():
+            out = target.layer(spec).forward(x, 0, **(context if target.supports("cross") else {}))
+    except Exception as error:  # any failure of the first call is the one line to show
+        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+    return _result_problems(call, out, "(B, T, D)", tuple(x.shape), x)
 
 
 def module_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:

@@ -67,6 +67,8 @@ CAPABILITIES = {
     "offset": "the layer takes a position offset (RoPE at positions offset .. offset+T-1)",
     "cache": "the layer decodes with its own KV cache (Layer.decode: a prompt, then chunks, from position 0)",
     "sizes": "the layer refuses, when built, sizes it cannot compute (Hq % Hkv != 0, an odd RoPE head size)",
+    "cross": "a cross-attention layer: layer(spec).forward(x, offset, context=c), x (B, T, D) attending to"
+    " c (B, Tc, Dc)",
     "module": "a module or block x (B, T, D) -> (B, T, D), or a model tokens (B, T) -> logits (B, T, V)",
     "chunks": "the module decodes in chunks: decode(x, chunks), x run chunk by chunk from position 0",
     "no_positions": "the module adds no positions: an output ignores the order of the tokens it sees",
@@ -102,7 +104,9 @@ ENV = "ATTNSPEC_IMPL"
 @dataclass(frozen=True)
 class LayerSpec:
     """The attention layer a layer property asks for: window=None is full causal attention,
-    sinks=False a layer without sinks (or with sinks of -inf), base the RoPE base."""
+    sinks=False a layer without sinks (or with sinks of -inf), base the RoPE base; for a
+    cross-attention layer ("cross"), context_dim the width of the context its keys and values are
+    projected from (None: d_model)."""
 
     d_model: int
     n_heads: int
@@ -114,6 +118,7 @@ class LayerSpec:
     seed: int = 0
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
+    context_dim: int | None = None
 
 
 @dataclass(frozen=True)

@@ -512,6 +512,49 @@ def attention_layer_oracle(
     return out
 
 
+def cross_attention_layer_oracle(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    *,
+    wq: torch.Tensor,
+    wk: torch.Tensor,
+    wv: torch.Tensor,
+    wo: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    bq: torch.Tensor | None = None,
+    bk: torch.Tensor | None = None,
+    bv: torch.Tensor | None = None,
+    bo: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_bias: torch.Tensor | None = None,
+    norm: str = "rms",
+    eps: float = 1e-5,
+    residual: bool = False,
+    scale: float | None = None,
+    dtype: torch.dtype = GOLDEN,
+) -> torch.Tensor:
+    """Wo . attn(q, k, v) (+ bo), plus x with a residual: q from x after the layer's pre-norm, k and v
+    from the context (B, Tc, Dc) as it is (an encoder's output comes normalised), every query seeing
+    every context token, no positions; head i is features i*d .. (i+1)*d - 1 of each projection."""
+    x, context = x.detach().cpu().to(dtype), context.detach().cpu().to(dtype)
+    h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype)
+
+    def heads(source: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
+        y = source @ w.detach().cpu().to(dtype).T
+        y = y if bias is None else y + bias.detach().cpu().to(dtype)
+        return torch.stack([y[..., i * head_dim : (i + 1) * head_dim] for i in range(n)], dim=1)
+
+    q = heads(h, wq, bq, n_heads)
+    k, v = heads(context, wk, bk, n_kv_heads), heads(context, wv, bv, n_kv_heads)
+    attn, _ = attention_oracle(q, k, v, causal=False, scale=scale, dtype=dtype)
+    merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)
+    out = merged @ wo.detach().cpu().to(dtype).T
+    out = out if bo is None else out + bo.detach().cpu().to(dtype)
+    return x + out if residual else out
+
+
 def attention_block_oracle(
     x: torch.Tensor,
     *,

@@ -18,6 +18,10 @@ FlexAttention one, slow when eager, passes a selection of it there and the whole
 - ``neox_style``: a Hugging-Face-GPT-NeoX-style attention module (a per-head fused ``query_key_value``,
   ``rotate_half`` RoPE after the cache's length, ``layer_past`` in and ``present`` out, ``**kwargs``),
   wrapped as a user does to check it, a module target that decodes in chunks;
+- ``cross_attention``: a Hugging-Face-Whisper-style decoder cross-attention sublayer (queries from the
+  normed decoder states, keys and values from the encoder's output of another length and width) and
+  torch's ``nn.MultiheadAttention(kdim=, vdim=)``, "cross" targets checked by their white box; twin
+  ``CAUSAL_ON_CONTEXT``: a decoder's causal mask reused on the encoder's tokens;
 - ``vit_encoder``: a timm-ViT-style bidirectional encoder (a fused ``qkv`` split by ``permute``, q scaled
   before the product, an additive key-padding mask, no positions in the blocks), a module target that
   declares its mask_mod all-visible.

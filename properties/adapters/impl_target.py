@@ -93,7 +93,7 @@ MODEL = Model()
 TARGET = Target(
     "impl",
     scaled_dot_product_attention,
-    frozenset(CAPABILITIES) - {"no_positions"},  # its model has RoPE
+    frozenset(CAPABILITIES) - {"no_positions", "cross"},  # its model has RoPE; its layers self-attend
     "attnspec's impl/",
     layer=layer,
     rope=rope,

@@ -17,7 +17,12 @@ from attnspec.properties.layouts import (
     projections,
 )
 from attnspec.properties.targets import Layer, LayerSpec
-from attnspec.specs.oracle import attention_layer_oracle, layer_norm_oracle, pre_norm_oracle
+from attnspec.specs.oracle import (
+    attention_layer_oracle,
+    cross_attention_layer_oracle,
+    layer_norm_oracle,
+    pre_norm_oracle,
+)
 
 SPEC = LayerSpec(d_model=6, n_heads=3, n_kv_heads=3, head_dim=2, dtype=torch.float64)
 
@@ -88,8 +93,23 @@ def test_torch_multihead_attention_is_the_oracle_layer_of_its_parameters():
     keywords = dict(n_heads=3, n_kv_heads=3, head_dim=2, window=None, sinks=None, rope=False)
     golden = attention_layer_oracle(inputs, **multihead_attention(mha), **keywords)
     torch.testing.assert_close(out, golden, rtol=1e-10, atol=1e-12)
-    with pytest.raises(ValueError, match="kdim or vdim"):
-        multihead_attention(nn.MultiheadAttention(6, 3, kdim=4, vdim=4))
+
+
+def test_torch_multihead_attention_across_is_the_cross_oracle_of_its_parameters():
+    """With kdim and vdim (cross-attention), the separate q, k and v projections are read, and the
+    layer attends from x to a context of another length and width as the cross oracle does."""
+    mha = nn.MultiheadAttention(6, 3, kdim=4, vdim=4, batch_first=True).double().eval()
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.copy_(torch.randn_like(p))
+    inputs = x()
+    context = torch.randn(2, 7, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with torch.no_grad():
+        out = mha(inputs, context, context, need_weights=False)[0]
+    read = multihead_attention(mha)
+    assert read["wk"].shape == (6, 4) and read["wq"] is mha.q_proj_weight
+    golden = cross_attention_layer_oracle(inputs, context, **read, n_heads=3, n_kv_heads=3, head_dim=2)
+    torch.testing.assert_close(out, golden, rtol=1e-10, atol=1e-12)
 
 
 def test_the_oracle_layer_norm_is_torchs_and_a_pre_norm_reads_either_kind():

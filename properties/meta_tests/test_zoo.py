@@ -38,7 +38,11 @@ DECLARING = (
     "examples.zoo.alibi_bloom:attention",
     "examples.zoo.tiled_gqa_attend:attention",
 )
-ZOO = KERNELS + MODULES + DECLARING
+CROSS = (  # cross-attention layers, checked by their white box alone
+    "examples.zoo.cross_attention:WHISPER",
+    "examples.zoo.cross_attention:TORCH_MHA",
+)
+ZOO = KERNELS + MODULES + DECLARING + CROSS
 
 # They read values out of tensors (.tolist(), .numpy()) or refuse the meta device (FlexAttention): the
 # device property needs a real second device.
@@ -100,6 +104,12 @@ TWINS = {
     },
     "examples.zoo.vit_encoder:PADS_ATTENDED": {  # the padding bias built, never added
         "test_a_padded_batch_gives_each_sequence_its_own_outputs": ("vs alone", "differ"),
+    },
+    "examples.zoo.cross_attention:CAUSAL_ON_CONTEXT": {  # a decoder's causal mask on the encoder's tokens
+        "test_cross_attention_layer_matches_the_oracle": ("cross layer vs oracle",),
+        "test_queries_do_not_see_each_other_and_the_context_has_no_order": (
+            "outputs with the context tokens in the order",
+        ),
     },
     "examples.zoo.tiled_gqa_attend:interleaved_groups": {  # declared gqa-tile, grouped h // r
         "test_matches_the_oracle": (
