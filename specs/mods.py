@@ -115,6 +115,70 @@ def bidirectional(b, h, q_idx, kv_idx):
     return kv_idx >= 0
 
 
+def causal(b, h, q_idx, kv_idx):
+    """The causal mask: a query sees its own position and every earlier one."""
+    return kv_idx <= q_idx
+
+
+def sliding_window(window: int) -> MaskMod:
+    """A causal sliding window of W keys, the query's own included: q - W < kv <= q."""
+
+    def sliding_window(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (kv_idx > q_idx - window)
+
+    sliding_window.__qualname__ = f"sliding_window({window})"
+    return sliding_window
+
+
+def chunked(size: int) -> MaskMod:
+    """Chunked attention (Llama 4's): the positions cut into blocks of ``size`` from 0, a query sees the
+    keys of its own block up to itself."""
+
+    def chunked(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (torch.div(q_idx, size, rounding_mode="floor") == torch.div(
+            kv_idx, size, rounding_mode="floor"
+        ))
+
+    chunked.__qualname__ = f"chunked({size})"
+    return chunked
+
+
+def local(radius: int) -> MaskMod:
+    """A bidirectional local window (ModernBERT's local layers): a query sees the keys at most
+    ``radius`` positions away on either side, |q - kv| <= radius."""
+
+    def local(b, h, q_idx, kv_idx):
+        return (kv_idx - q_idx).abs() <= radius
+
+    local.__qualname__ = f"local({radius})"
+    return local
+
+
+def shifted(mask_mod: MaskMod, offset: int) -> MaskMod:
+    """``mask_mod`` of positions counted from ``offset``: a layer's tokens 0 .. T-1 at positions offset ..,
+    for a mask that depends on where a token is, not only on distances (chunked attention)."""
+    if not offset:
+        return mask_mod
+
+    def at_offset(b, h, q_idx, kv_idx):
+        return mask_mod(b, h, q_idx + offset, kv_idx + offset)
+
+    at_offset.__qualname__ = getattr(mask_mod, "__qualname__", "mask_mod")
+    return at_offset
+
+
+def reach(masks: list[torch.Tensor]) -> torch.Tensor:
+    """(T, T) bool: which inputs each output of a stack of layers depends on, the layers' masks (T, T)
+    (query, key) in order: through each layer's residual an output keeps what its own position reached,
+    and through its attention it gathers what every key it sees reached."""
+    if not masks:
+        raise ValueError("reach of no layers")
+    seen = torch.eye(masks[0].shape[-1], dtype=torch.bool)
+    for mask in masks:
+        seen = ((mask | torch.eye(mask.shape[-1], dtype=torch.bool)).double() @ seen.double()) > 0
+    return seen
+
+
 def soft_cap(cap: float) -> ScoreMod:
     """Logit soft-capping (Gemma 2): cap * tanh(score / cap), on the scaled logit, before any mask."""
 

@@ -353,6 +353,31 @@ def ffn_oracle(
     return h @ w2.T
 
 
+def qk_norm_oracle(
+    t: torch.Tensor,
+    gain: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    kind: str = "rms",
+    over: str = "head",
+    dtype: torch.dtype = GOLDEN,
+) -> torch.Tensor:
+    """The heads t (B, n, T, d) normalised, as a q/k norm does before RoPE: RMSNorm (``kind="rms"``) or
+    LayerNorm (``"layer"``, with ``bias``) over each head's d features (``over="head"``: a gain (d,)
+    shared by every head, or (n, d) one per head), or over all n * d features of a token at once
+    (``over="width"``: a gain (n * d,), as OLMo 2 normalises q and k)."""
+    t = t.detach().cpu().to(dtype)
+    batch, n, seq, d = t.shape
+    if over == "width":
+        flat = t.transpose(1, 2).reshape(batch, seq, n * d)
+        normed = pre_norm_oracle(flat, kind, gain, bias, eps, dtype)
+        return normed.reshape(batch, seq, n, d).transpose(1, 2)
+    if gain.dim() == 2:  # one gain (and bias) per head: broadcast over the tokens
+        gain = gain.detach().cpu()[:, None]
+        bias = None if bias is None else bias.detach().cpu()[:, None]
+    return pre_norm_oracle(t, kind, gain, bias, eps, dtype)
+
+
 def split_w_qkv(w_qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int) -> dict:
     """The q, k and v matrices of one fused (out, in) matrix whose rows are q | k | v."""
     nq, nkv = n_heads * head_dim, n_kv_heads * head_dim
@@ -384,14 +409,19 @@ def layer_qkv_oracle(
     k_norm: torch.Tensor | None = None,
     rotary_dim: int | None = None,
     norm_at: str = "pre",
+    q_norm_bias: torch.Tensor | None = None,
+    k_norm_bias: torch.Tensor | None = None,
+    qk_norm: str = "rms",
+    qk_norm_over: str = "head",
     dtype: torch.dtype = GOLDEN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x after its pre-norm
     (pre_norm_oracle) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
     positions offset.. (rope_oracle for ``pairs`` and ``angles_in_dtype``); q and k unrotated for a
     layer without RoPE (``rope=False``: no positions, or absolute ones added to x before it).  With
-    ``q_norm`` and ``k_norm`` (gains (d,), as Qwen3 and Gemma 3 have them), each query and key head is
-    RMS-normalised over its d features with that gain and ``eps`` before it is rotated.  With
+    ``q_norm`` and ``k_norm``, q and k are normalised with ``eps`` before they are rotated (qk_norm_oracle:
+    ``qk_norm`` "rms" or "layer" with ``q_norm_bias`` and ``k_norm_bias``, ``qk_norm_over`` "head" with
+    gains (d,) as Qwen3 and Gemma 3 have them or (H, d), or "width" with gains (H * d,)).  With
     ``rotary_dim`` r, RoPE rotates the first r features of each head only (rope_oracle).  A layer whose
     norm comes after its residual (``norm_at="post"``) projects x itself."""
     x = x.detach().cpu().to(dtype)
@@ -410,9 +440,9 @@ def layer_qkv_oracle(
 
     q, k = heads(project(wq, bq), n_heads), heads(project(wk, bk), n_kv_heads)
     if q_norm is not None:
-        q = rms_norm_oracle(q, q_norm, eps, dtype)
+        q = qk_norm_oracle(q, q_norm, q_norm_bias, eps, qk_norm, qk_norm_over, dtype)
     if k_norm is not None:
-        k = rms_norm_oracle(k, k_norm, eps, dtype)
+        k = qk_norm_oracle(k, k_norm, k_norm_bias, eps, qk_norm, qk_norm_over, dtype)
     if rope:
         positions = list(range(offset, offset + seq))
         q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype, rotary_dim)

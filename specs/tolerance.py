@@ -68,6 +68,8 @@ class LogitErrors:
     slope: torch.Tensor | None  # (B, Hq, Tq, Tk): the score_mod's slope, None without one
     values: torch.Tensor  # (B, Hq, Tk, dv): each query head's values, float64
     largest: float  # the largest |logit| a query sees
+    normaliser: torch.Tensor  # (B, Hq, Tq, 1): how far a row's own log-sum-exp may be off; 0 where blind
+    own: torch.Tensor  # probabilities' shape: each weight's relative error from exp(s - lse) itself
 
     @property
     def keys(self) -> torch.Tensor:
@@ -75,9 +77,11 @@ class LogitErrors:
         return self.probabilities[..., : self.values.shape[2]]
 
     def weight_errors(self) -> torch.Tensor:
-        """|delta p_ij| <= p_ij (delta_ij + sum_l p_il delta_il), first order, (B, Hq, Tq, Tk)."""
+        """|delta p_ij| <= p_ij (delta_ij + sum_l p_il delta_il + eps_i + w_ij), first order, (B, Hq, Tq, Tk):
+        eps_i the row's log-sum-exp (normaliser), w_ij the weight's own roundings (own)."""
+        tk = self.values.shape[2]
         mean_delta = (self.probabilities * self.delta).sum(dim=-1, keepdim=True)
-        return self.keys * (self.delta[..., : self.values.shape[2]] + mean_delta)
+        return self.keys * (self.delta[..., :tk] + mean_delta + self.normaliser + self.own[..., :tk])
 
 
 def logit_errors(
@@ -129,9 +133,15 @@ def logit_errors(
     total = p.sum(dim=-1, keepdim=True)
     p = torch.where(total > 0, p / torch.where(total > 0, total, 1.0), 0.0)
     delta = torch.where(p > 0, delta, 0.0)
+    # lse_i = m_i + log Z_i (Z_i = sum_j exp(s_ij - m_i), 1 <= Z_i <= Tk + 1), rounded at its magnitude by the
+    # addition and at log Z_i by the log; then exp(s_ij - lse_i) rounds at |s_ij - lse_i| = log(1/p_ij)
+    # and once more itself (attention_conditioning)
+    log_z = torch.log(torch.where(total > 0, total, 1.0))
+    normaliser = torch.where(total > 0, u * ((top + log_z).abs() + log_z), 0.0)
+    own = torch.where(p > 0, u * (1.0 - torch.log(torch.where(p > 0, p, 1.0))), 0.0)
     seen = s.abs().masked_fill(~allowed, 0.0)
     largest = seen.max().item() if seen.numel() else 0.0
-    return LogitErrors(p, delta, slope, v, largest)
+    return LogitErrors(p, delta, slope, v, largest, normaliser, own)
 
 
 def attention_conditioning(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **problem) -> tuple:
@@ -153,6 +163,22 @@ def attention_conditioning(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **
     both doubled for the second order and for exp (or exp2) itself.  Nothing here depends on the order
     of the summations, which ref_lowp and the floor price in.
 
+    That holds where the weights are divided by their sum, so that a row's common error cancels.  A
+    formulation that normalises by a log-sum-exp instead (lse_i = logsumexp(s_i) in the scoring dtype,
+    then p_ij = exp(s_ij - lse_i), never divided: exact references, FlashAttention's stored lse) carries
+    lse_i's own rounding into every weight of its row as one relative error.  With m_i the row's largest
+    logit and Z_i = sum_j exp(s_ij - m_i) (1 <= Z_i <= Tk + 1, the sink counted), lse_i = m_i + log Z_i is
+    rounded at its magnitude by the addition and at log Z_i by the log (the logits' own errors move it by
+    sum_l p_il ds_il, the divided formulation's term above); exp(s_ij - lse_i) rounds its argument at
+    |s_ij - lse_i| = log(1/p_ij) and its result once.  So, first order,
+
+        eps_i = u (|lse_i| + log Z_i)        w_ij = u (1 + log(1/p_ij))
+        |d o_if| += eps_i |o_if| + sum_j p_ij w_ij |v_jf|     |d p_ij| += p_ij (eps_i + w_ij)
+
+    also doubled.  eps_i is about u times the row's largest logit: 7e-6 at a logit of 120 in float32,
+    which moves such a kernel's outputs by a few 1e-6 where the divided formulation's term is ~1e-7 (logits
+    on a grid).  sum_j p_ij w_ij <= u (1 + log(Tk + 1)) is at most a few 1e-7 of the values.
+
     A declared ``score_mod`` f (specs/mods.py) carries a logit's error through its slope and rounds
     on its own: the modified logit s' = f(s) may be off by
 
@@ -168,6 +194,8 @@ def attention_conditioning(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **
     out_term = torch.einsum("bhij,bhijf->bhif", keys * errors.delta[..., :tk], spread)
     if errors.probabilities.shape[-1] > tk:  # the sink column
         out_term = out_term + (errors.probabilities[..., tk:] * errors.delta[..., tk:]) * out.abs()
+    # weights exp(s - lse) never divided by their sum: lse's rounding scales the row, each exp its weight
+    out_term = out_term + errors.normaliser * out.abs() + (keys * errors.own[..., :tk]) @ values.abs()
     return 2 * out_term, 2 * errors.weight_errors(), errors.largest
 
 
@@ -176,7 +204,8 @@ def gradient_conditioning(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ term (B, Hq, Tq, d), dK term (B, Hkv, Tk, d), dV term (B, Hkv, Tk, dv)): the logits' errors
     of attention_conditioning carried through the backward's formulas to first order (doubled, as the
-    outputs' are), for the upstream gradient ``d_out``.  With e_ij the weights' error bound,
+    outputs' are), for the upstream gradient ``d_out``.  With e_ij the weights' error bound (a stored
+    log-sum-exp's rounding included: a backward that recomputes p = exp(s - lse) carries it),
 
         |d dV_j| <= sum_i e_ij |dO_i|      |d D_i| <= sum_j e_ij |dp_ij|      (dp_ij = dO_i . v_j)
         |d ds_ij| <= (e_ij |dp_ij - D_i| + p_ij |d D_i|) |f'_ij|
@@ -230,3 +259,41 @@ def rounded_once_bound(
     ulp = torch.ldexp(torch.full_like(golden, finfo.eps), exponent - 1)
     ulp = ulp.clamp_min(finfo.tiny * finfo.eps)  # the spacing of the subnormals
     return ulp / 2 + float32_bound
+
+
+# --- laws between two runs of a black box ------------------------------------------------------------
+#
+# A module property compares two runs that a law says are equal (a padded batch and each sequence alone,
+# chunked decoding and the full pass, a prefix alone and the first rows): no oracle, so no golden value.
+# Each side is replayed in float64 (the module copied to float64, the inputs converted exactly) and the
+# float32 difference is held to what the two sides' own float32 rounding, measured against those replays,
+# can explain: by the triangle inequality |a - b| <= |a - a64| + |a64 - b64| + |b64 - b|, and a correct
+# module's float64 runs agree to ~1e-14.  Where a replay is not possible (the module is no nn.Module,
+# computes in float32 whatever it is given, or gives NaN in float64: transformers' eager masks do, for a
+# left pad), the bound is derived from the dtype, the magnitude of the outputs and the module's depth and
+# width instead.
+
+# A float32 sum of W products is off by up to ~W u of its terms' magnitude, and each of L layers adds its
+# own.  Measured on correct transformers models (Llama, Qwen2, Gemma 2, BLOOM; hidden 64 to 256, 2 to 6
+# layers, vocab 128 to 4096, 20 seeds; padded vs alone and chunked decoding vs the full pass): at most
+# 0.034 u max|out| L W with parameters drawn as randomize_ draws them, 0.5 with a std of 0.5 whatever the
+# width (a saturated softmax); the fudge leaves 4x room over the worst.
+DEPTH_FUDGE = 2.0
+
+
+def replayed_bound(sides_error: float, magnitude: float, dtype: torch.dtype) -> float:
+    """The bound on max|a - b| for two runs in ``dtype`` that a law says are equal, where
+    ``sides_error`` = max(|a - a64| + |b - b64|) is their own rounding measured against float64 replays:
+
+        FUDGE * sides_error + FLOOR[dtype] * max(1, magnitude)      (magnitude: max|b|)"""
+    return FUDGE * sides_error + FLOOR[dtype] * max(1.0, magnitude)
+
+
+def derived_bound(magnitude: float, dtype: torch.dtype, depth: int, width: int) -> float:
+    """The bound on max|a - b| for two runs in ``dtype`` of a module ``depth`` layers deep and ``width``
+    features wide that a law says are equal, without a float64 replay:
+
+        DEPTH_FUDGE * u * max(1, magnitude) * depth * width + FLOOR[dtype] * max(1, magnitude)"""
+    u = torch.finfo(dtype).eps / 2
+    scale = max(1.0, magnitude)
+    return DEPTH_FUDGE * u * scale * max(1, depth) * max(1, width) + FLOOR[dtype] * scale
