@@ -37,10 +37,15 @@ def conventions() -> str:
 
 
 def __getattr__(name: str) -> object:
-    """``check``, ``PropertyFailed`` and ``NotChecked`` (attnspec/api.py), imported when first used:
-    ``import attnspec`` alone imports neither torch nor pytest."""
+    """``check``, ``PropertyFailed`` and ``NotChecked`` (attnspec/api.py), and ``CannotBuild`` (what a
+    layer(spec) raises for a spec it cannot be built with: attnspec.properties.targets), imported when
+    first used: ``import attnspec`` alone imports neither torch nor pytest."""
     if name in ("check", "PropertyFailed", "NotChecked"):
         from attnspec import api
 
         return getattr(api, name)
+    if name == "CannotBuild":
+        from attnspec.properties.targets import CannotBuild
+
+        return CannotBuild
     raise AttributeError(f"module 'attnspec' has no attribute {name!r}")

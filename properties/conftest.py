@@ -119,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     problems: list[str] = []
     if not os.environ.get("MUTANT_UNDER_TEST"):
         isolation = config.pluginmanager.get_plugin(ISOLATION)
-        problems, report.first_call, report.call = probed(target, device, isolation)
+        problems, report.first_call, report.call, report.new_sizes_call = probed(target, device, isolation)
     if problems:
         raise pytest.UsageError("the target cannot be checked:\n" + "\n".join(problems))
 
@@ -230,8 +230,9 @@ def _is_property(item: pytest.Item) -> bool:
 
 
 def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.Target, call) -> None:
-    """What the user gets back from a failure (reproducers.py): an error the target raised on an input
-    is a refusal, one line saying what to declare (``attnspec_refused``); otherwise, where `attnspec
+    """What the user gets back from a failure (reproducers.py): an error the target raised on an input,
+    or building a layer for a spec it declares it takes, is a refusal, one line saying what to declare
+    (``attnspec_refused``), and so is a declaration the kit cannot take; otherwise, where `attnspec
     check` asks for reproducers ($ATTNSPEC_FAILURES), the failing call of this test against the oracle,
     saved as a script that replays it: the report carries the script's path, the call in words, its
     wrong rows and its size (``attnspec_reproducer``: they travel between processes).  A change of
@@ -243,6 +244,10 @@ def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.T
     exhausted = reproducers.out_of_memory(call.excinfo.value) if call.excinfo is not None else None
     if exhausted:
         report.attnspec_process = exhausted
+        return
+    refused = reproducers.layer_refusal(call.excinfo.value) if call.excinfo is not None else None
+    if refused:
+        report.attnspec_refused = refused
         return
     if target.attention is None:
         return

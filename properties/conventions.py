@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnspec.properties.declared import target_heads
+from attnspec.properties.declared import half_split_order, rows_permuted, target_heads
 from attnspec.properties.references import declared_attention_by_rows, declared_keywords
 from attnspec.properties.targets import current
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle_by_rows, rope_oracle
@@ -186,6 +186,20 @@ DOCUMENTS_IGNORED = (
 INTERLEAVED_GQA = (
     "interleaved GQA (query head h reads KV head h // r), though the target declares gqa-tile (h % Hkv)"
 )
+HALF_SPLIT_ROPE = (
+    "half-split RoPE pairs (x_i, x_i+d/2), though the target declares rope-interleaved (x_2i, x_2i+1)"
+)
+
+
+def rope_pairs_candidate(oracle_of_pairs: Callable[[str], torch.Tensor], untranslated=None) -> Candidate:
+    """The other pairing of RoPE than the one the kit checks: interleaved pairs for a target that
+    declares none (a convention to declare); for one that declares rope-interleaved, half-split pairs of
+    its own features (a bug), the oracle of ``untranslated`` (its report as it made it, the declaration's
+    permutation of its rows undone), or seen through the translation where there is no report."""
+    if "rope-interleaved" in current().conventions:
+        half_split = untranslated or functools.partial(oracle_of_pairs, "interleaved")
+        return Candidate("half-split pairs", half_split, bug=HALF_SPLIT_ROPE)
+    return Candidate(INTERLEAVED, functools.partial(oracle_of_pairs, "interleaved"))
 
 
 def convention_mismatch(
@@ -256,9 +270,14 @@ def layer_convention_mismatch(
     def oracle(**change):
         return attention_layer_oracle(x, **{**layer, **change})
 
+    def untranslated():  # the layer's own rows, in half-split pairs
+        d, rotated = layer["head_dim"], layer.get("rotary_dim")
+        own = rows_permuted(layer, half_split_order(d, rotated), layer["n_heads"], layer["n_kv_heads"], d)
+        return oracle(**own)
+
     candidates = []
     if layer.get("rope", True):
-        candidates += [Candidate(INTERLEAVED, lambda: oracle(pairs="interleaved"))]
+        candidates += [rope_pairs_candidate(lambda pairs: oracle(pairs=pairs), untranslated)]
         candidates += [Candidate("no RoPE", lambda: oracle(rope=False), bug=NO_ROPE)]
         if layer.get("rotary_dim") is None:
             candidates += partial_rotary_candidates(
@@ -267,7 +286,51 @@ def layer_convention_mismatch(
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
         candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled")))
+    if layer.get("score_mod") is not None:
+        candidates.append(Candidate("no score_mod", lambda: oracle(score_mod=None), bug=SCORE_MOD_IGNORED))
+    candidates += qk_norm_candidates(layer, oracle)
+    if layer.get("scale") is not None:
+        said = (
+            f"the attention is scaled by 1/sqrt(d), though the layer reports its scale {layer['scale']:g} "
+            "(a bug, or a scale to report as it is)"
+        )
+        candidates.append(Candidate("1/sqrt(d)", lambda: oracle(scale=None), bug=said))
+    else:
+        said = (
+            "the logits are not scaled (scale 1), though the layer reports none, which is 1/sqrt(d) (a bug, "
+            "or a scale to report: T5 adds its bias to logits it never scales)"
+        )
+        candidates.append(Candidate("no scale", lambda: oracle(scale=1.0), bug=said))
     return explanation(out, golden, candidates)
+
+
+def qk_norm_candidates(layer: dict, oracle: Callable) -> list[Candidate]:
+    """A q/k norm over the other form than the layer reports: each head alone where it reports the
+    whole width (its gain cut per head), or the whole width where it reports each head (a gain per head
+    laid end to end)."""
+    q_norm, k_norm = layer.get("q_norm"), layer.get("k_norm")
+    if q_norm is None and k_norm is None:
+        return []
+    d = layer["head_dim"]
+
+    def other_form(gain, heads: int):
+        if gain is None:
+            return None
+        if layer.get("qk_norm_over", "head") == "width":
+            return gain.reshape(heads, d)
+        return gain.reshape(-1).repeat(heads // gain.shape[0] if gain.dim() == 2 else heads)
+
+    over = "head" if layer.get("qk_norm_over", "head") == "width" else "width"
+    change = {"qk_norm_over": over}
+    for name, heads in (("q_norm", layer["n_heads"]), ("k_norm", layer["n_kv_heads"])):
+        change[name] = other_form(layer.get(name), heads)
+        change[f"{name}_bias"] = other_form(layer.get(f"{name}_bias"), heads)
+    said = {
+        "head": "the q/k norm normalises each head alone, though the layer reports it over the whole width",
+        "width": "the q/k norm normalises all heads together, though the layer reports it per head",
+    }[over]
+    bug = f"{said} (a bug, or a form to report)"
+    return [Candidate(f"q/k norm over each {over}", lambda: oracle(**change), bug=bug)]
 
 
 def partial_rotary_candidates(head_dim: int, oracle: Callable) -> list[Candidate]:
@@ -292,7 +355,16 @@ def rope_convention_mismatch(
     out: torch.Tensor, golden: torch.Tensor, x: torch.Tensor, positions: list[int], base: float
 ) -> str | None:
     """convention_mismatch for RoPE alone: interleaved pairs, or partial rotary left undeclared."""
-    candidates = [Candidate(INTERLEAVED, lambda: rope_oracle(x, positions, base, pairs="interleaved"))]
+    d = x.shape[-1]
+    order = half_split_order(d, current().rotary_dim(d))
+    inverse = sorted(range(d), key=order.__getitem__)
+
+    def untranslated():  # half-split pairs of the target's own features, seen through the translation
+        return rope_oracle(x[..., order], positions, base, rotary_dim=current().rotary_dim(d))[..., inverse]
+
+    candidates = [
+        rope_pairs_candidate(lambda pairs: rope_oracle(x, positions, base, pairs=pairs), untranslated)
+    ]
     candidates += partial_rotary_candidates(
         x.shape[-1], lambda rotated: rope_oracle(x, positions, base, rotary_dim=rotated)
     )

@@ -10,7 +10,8 @@ needs to know about them: the kit calls the translated target with attnspec's co
   (through complex numbers) do.  The kit's half-split feature i is the target's 2i, its i + d/2 the
   target's 2i + 1: rope() permutes the features in and out, and a layer's reported q and k rows are
   permuted the same way within each head (the attention scores do not change under a permutation of
-  the features shared by q and k).
+  the features shared by q and k).  With partial rotary (``rotary_pct``, a layer's ``rotary_dim``),
+  the pairs are interleaved within the rotated features only, as GPT-J's are.
 - ``window-inclusive``: window W means keys p-W <= j <= p (W + 1 keys), as FlashAttention's
   ``window_size=(W, 0)``: the kit's window W is the target's W - 1 (so the target's 0 is one key).
 - ``top-left``: with fewer queries than keys, query i sits at position i (torch's ``is_causal``).  The
@@ -36,7 +37,7 @@ from dataclasses import replace
 
 import torch
 
-from attnspec.properties.targets import Layer, LayerSpec, Target
+from attnspec.properties.targets import Layer, LayerRun, LayerSpec, Target
 from attnspec.specs.mods import ModError, mask_values, score_values
 
 DECLARABLE = {
@@ -49,10 +50,12 @@ DECLARABLE = {
 BUILT_IN_MASK = ("window", "non_causal", "blind", "window-inclusive", "top-left")
 
 
-def half_split_order(d: int) -> list[int]:
+def half_split_order(d: int, rotary_dim: int | None = None) -> list[int]:
     """Feature f of the interleaved layout is feature order[f] of the half-split one: 2i -> i,
-    2i + 1 -> i + d/2."""
-    return [f // 2 + (d // 2 if f % 2 else 0) for f in range(d)]
+    2i + 1 -> i + r/2 over the first r = ``rotary_dim`` features (all d by default), which partial
+    rotary rotates (GPT-J pairs (x_2i, x_2i+1) within its rotary_dim); the others stay where they are."""
+    r = d if rotary_dim is None else rotary_dim
+    return [f // 2 + (r // 2 if f % 2 else 0) for f in range(r)] + list(range(r, d))
 
 
 def tile_order(n_heads: int, n_kv_heads: int) -> list[int]:
@@ -128,17 +131,19 @@ def translated(target: Target) -> Target:
         if "documents" in target.capabilities:
             attention = _one_document_unless_given(attention)
     if "rope-interleaved" in declared:
-        rope = None if rope is None else _interleaved_rope(rope)
+        rope = None if rope is None else _interleaved_rope(rope, target)
         layer = None if layer is None else _interleaved_layer(layer)
     if "gqa-tile" in declared and layer is not None:
         layer = _tiled_layer(layer)
     return replace(target, attention=attention, rope=rope, layer=layer)
 
 
-def kit_mods(target: Target, n_heads: int, n_kv_heads: int):
+def kit_mods(target: Target, n_heads: int, n_kv_heads: int, layer_score_mod=None):
     """(score_mod, mask_mod) of ``target`` as the kit's head numbers see them: under gqa-tile the kit's
-    head h is the target's target_heads(...)[h], which the target's own mods are called with."""
-    score_mod, mask_mod = target.score_mod, target.mask_mod
+    head h is the target's target_heads(...)[h], which the target's own mods are called with.  A layer's
+    own score_mod (``layer_score_mod``: Layer.score_mod, read from its parameters) replaces the
+    target's."""
+    score_mod, mask_mod = layer_score_mod or target.score_mod, target.mask_mod
     if "gqa-tile" not in target.conventions or n_heads == n_kv_heads:
         return score_mod, mask_mod
     heads = torch.tensor(target_heads(n_heads, n_kv_heads))
@@ -211,43 +216,86 @@ def _one_document_unless_given(attention):
     return call
 
 
-def _interleaved_rope(rope):
+def _interleaved_rope(rope, target: Target):
     def call(x, positions, base=10000.0):
-        order = torch.tensor(half_split_order(x.shape[-1]), device=x.device)
+        d = x.shape[-1]
+        order = torch.tensor(half_split_order(d, target.rotary_dim(d)), device=x.device)
         return rope(x[..., order], positions, base)[..., torch.argsort(order)]
 
     return call
 
 
+def rows_permuted(fields: dict, within_head: list[int], n_heads: int, n_kv_heads: int, head_dim: int) -> dict:
+    """The q and k rows of a layer's ``fields`` (wq, wk, their biases, q/k norms: those present), each
+    head's features put in the order ``within_head``: the fields to replace."""
+    d = head_dim
+
+    def rows(heads: int) -> list[int]:
+        return [head * d + f for head in range(heads) for f in within_head]
+
+    permuted = {}
+    for name, heads in (("q", n_heads), ("k", n_kv_heads)):
+        for part in (f"w{name}", f"b{name}"):
+            if fields.get(part) is not None:
+                permuted[part] = fields[part][rows(heads)]
+        for part in (f"{name}_norm", f"{name}_norm_bias"):  # a q/k norm's features move with q's and k's
+            value = fields.get(part)
+            if value is not None:
+                whole_width = value.dim() == 1 and value.shape[0] > d
+                permuted[part] = value[..., rows(heads) if whole_width else within_head]
+    return permuted
+
+
+def interleaved_report(built: Layer, n_heads: int, n_kv_heads: int, head_dim: int) -> Layer:
+    """A layer that rotates interleaved pairs as the kit's half-split oracle sees it: its q and k rows
+    (biases, q/k norms) permuted within each head, over its rotary share."""
+    order = half_split_order(head_dim, built.rotary_dim)
+    inverse = sorted(range(head_dim), key=order.__getitem__)
+    return replace(built, **rows_permuted(vars(built), inverse, n_heads, n_kv_heads, head_dim))
+
+
+def tiled_report(built: Layer, n_heads: int, n_kv_heads: int, head_dim: int) -> Layer:
+    """A layer whose query head h reads KV head h % Hkv as the kit sees it: its query rows, output
+    columns, q norms and sinks in the kit's head order."""
+    heads = target_heads(n_heads, n_kv_heads)
+    features = [head * head_dim + f for head in heads for f in range(head_dim)]
+    permuted = {"wq": built.wq[features], "wo": built.wo[:, features]}
+    if built.bq is not None:
+        permuted["bq"] = built.bq[features]
+    for part in ("q_norm", "q_norm_bias"):  # a per-head or whole-width q norm moves with q's heads
+        value = getattr(built, part)
+        if value is not None and value.dim() == 2:
+            permuted[part] = value[heads]
+        elif value is not None and value.shape[0] > head_dim:
+            permuted[part] = value[features]
+    if built.sinks is not None:
+        permuted["sinks"] = built.sinks[heads]
+    return replace(built, **permuted)
+
+
 def _interleaved_layer(layer):
     def build(spec: LayerSpec) -> Layer:
-        built = layer(spec)
-        order = half_split_order(spec.head_dim)
-        inverse = sorted(range(spec.head_dim), key=order.__getitem__)
-
-        def rows(n_heads: int) -> list[int]:
-            return [head * spec.head_dim + f for head in range(n_heads) for f in inverse]
-
-        permuted = {"wq": built.wq[rows(spec.n_heads)], "wk": built.wk[rows(spec.n_kv_heads)]}
-        if built.bq is not None:
-            permuted["bq"] = built.bq[rows(spec.n_heads)]
-        if built.bk is not None:
-            permuted["bk"] = built.bk[rows(spec.n_kv_heads)]
-        return replace(built, **permuted)
+        return interleaved_report(layer(spec), spec.n_heads, spec.n_kv_heads, spec.head_dim)
 
     return build
 
 
 def _tiled_layer(layer):
     def build(spec: LayerSpec) -> Layer:
-        built = layer(spec)
-        heads = target_heads(spec.n_heads, spec.n_kv_heads)
-        features = [head * spec.head_dim + f for head in heads for f in range(spec.head_dim)]
-        permuted = {"wq": built.wq[features], "wo": built.wo[:, features]}
-        if built.bq is not None:
-            permuted["bq"] = built.bq[features]
-        if built.sinks is not None:
-            permuted["sinks"] = built.sinks[heads]
-        return replace(built, **permuted)
+        return tiled_report(layer(spec), spec.n_heads, spec.n_kv_heads, spec.head_dim)
 
     return build
+
+
+def kit_runs(target: Target, runs: list[LayerRun]) -> list[LayerRun]:
+    """A module's own layer runs (LayerRun) as the kit's conventions see them, its declared conventions
+    translated in each run's report as in its white box's."""
+    translated_runs = []
+    for run in runs:
+        layer, sizes = run.layer, (run.n_heads, run.n_kv_heads, run.head_dim)
+        if "rope-interleaved" in target.conventions:
+            layer = interleaved_report(layer, *sizes)
+        if "gqa-tile" in target.conventions and run.n_heads != run.n_kv_heads:
+            layer = tiled_report(layer, *sizes)
+        translated_runs.append(replace(run, layer=layer))
+    return translated_runs

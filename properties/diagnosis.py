@@ -138,11 +138,10 @@ def _attention_call(target: Target, probe: Probe, device, dtype: torch.dtype):
 
 
 def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> str | None:
-    head_dim = target.head_size(4)
-    width = target.layer_width(probe.n_heads, head_dim, 12)
     spec = LayerSpec(
-        width, probe.n_heads, probe.n_kv_heads, head_dim, probe.window, seed=SEED, dtype=dtype, device=device
+        12, probe.n_heads, probe.n_kv_heads, 4, probe.window, seed=SEED, dtype=dtype, device=device
     )
+    spec = target.fitted(spec)
     layer = target.layer(spec)
     x = _randn(1, probe.tq, spec.d_model, seed=4, dtype=dtype)
     out = layer.forward(x.to(device), 0)
@@ -150,13 +149,16 @@ def layer_finding(target: Target, probe: Probe, device, dtype: torch.dtype) -> s
     keywords.update(
         n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, window=spec.window
     )
+    keywords["base"] = spec.base
     return layer_convention_mismatch(out, attention_layer_oracle(x, **keywords), x, **keywords)
 
 
 def rope_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     x, positions = _randn(1, 2, 5, target.head_size(8), seed=5, dtype=dtype), [0, 3, 1, 7, 12]
-    out = target.rope(x.to(device), torch.tensor(positions, device=device), 10000.0)
-    return rope_convention_mismatch(out, rope_oracle(x, positions), x, positions, 10000.0)
+    base = float(target.rope_base or 10000.0)
+    out = target.rope(x.to(device), torch.tensor(positions, device=device), base)
+    golden = rope_oracle(x, positions, base, rotary_dim=target.rotary_dim(x.shape[-1]))
+    return rope_convention_mismatch(out, golden, x, positions, base)
 
 
 def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str | None:

@@ -11,9 +11,10 @@ import functools
 from dataclasses import dataclass, replace
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 
-from attnspec.properties.targets import current
+from attnspec.properties.targets import CannotBuild, Refused, current
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -90,6 +91,11 @@ def noise_like(t: torch.Tensor, seed: int) -> torch.Tensor:
     return seeded_randn(seed, *t.shape, device=t.device, dtype=t.dtype)
 
 
+# Head sizes: the small ones where edge cases live (1, odd), and now and then the sizes models use, whose
+# longer dot products and larger logits round as real heads do.
+head_sizes = st.sampled_from([*range(1, 9), 16, 64, 128])
+
+
 @st.composite
 def attn_cases(
     draw: st.DrawFn,
@@ -110,8 +116,8 @@ def attn_cases(
     n_heads = n_kv_heads * draw(st.integers(1, 3))
     tk = draw(st.integers(max(min_tq, 1), max_t))
     tq = tk if self_attention else draw(st.integers(min(min_tq, tk), tk))
-    head_dim = draw(st.integers(1, 8))
-    dv = draw(st.one_of(st.just(head_dim), st.integers(1, 8)))
+    head_dim = draw(head_sizes)
+    dv = draw(st.one_of(st.just(head_dim), head_sizes))
     batch = draw(st.integers(1, 3))
     sizes = (batch, n_heads, n_kv_heads, tq, tk, head_dim, dv)
     return fit_to_target(_with_switches(draw, *sizes, windows=windows, sinks=sinks, documents=documents))
@@ -405,12 +411,46 @@ def block_cases(
     )
 
 
-def randomize_(module: torch.nn.Module, seed: int, std: float = 0.5) -> torch.nn.Module:
-    """Overwrite every parameter with seeded noise (sinks and norm gains too), in place."""
-    gen = torch.Generator().manual_seed(seed)
+LAYER_SIZES = "OBJ.heads, OBJ.kv_heads, OBJ.head_dims, OBJ.tied_width, OBJ.tied_context"
+
+
+def built_layer(spec):
+    """The layer the target builds for ``spec`` (already fitted to its declarations: Target.fitted).  A
+    spec it cannot be built with (it raises CannotBuild) is rejected, so that Hypothesis draws another:
+    the layer is checked on the sizes it takes.  Any other error is the target refusing a spec it did
+    not declare it cannot take (Refused), not a broken requirement."""
+    try:
+        return current().layer(spec)
+    except CannotBuild:
+        reject()
+    except Exception as error:  # any error of the target's builder: said as a refusal
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raised = f"{type(error).__name__}: {first}".rstrip(": ")
+        raise Refused(
+            f"it raised {raised} building layer({spec}); declare the sizes its layer takes ({LAYER_SIZES}), "
+            "or raise attnspec.CannotBuild from layer(spec) for the specs it cannot be built with"
+        ) from error
+
+
+# The widest fan-in whose matrices keep the drawn std: wider ones are drawn at std * sqrt(NARROW / fan-in),
+# so that a layer hundreds of features wide has activations and logits of the same size as a narrow one
+# (a fixed std would saturate its softmax: one key with all the weight, the others exactly 0 in float32).
+NARROW = 16
+
+
+def randomize_(module: torch.nn.Module, seed, std: float | None = None) -> torch.nn.Module:
+    """Overwrite every parameter with seeded noise (sinks and norm gains too), in place.  ``seed`` is an
+    int or the LayerSpec the module is built for (its seed and its ``std``, which the kit raises to draw
+    large logits); vectors get noise of that std (0.5 by default), matrices of fan-in n above NARROW
+    std * sqrt(NARROW / n)."""
+    if std is None:
+        std = getattr(seed, "std", 0.5)
+    gen = torch.Generator().manual_seed(getattr(seed, "seed", seed))
     with torch.no_grad():
         for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+            fan_in = p.shape[-1] if p.dim() >= 2 else 1
+            scale = std * min(1.0, (NARROW / fan_in) ** 0.5)
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * scale)
     return module
 
 

@@ -1,5 +1,5 @@
-"""Which laws hold for a target under its declaration: read from its score_mod and mask_mod, not from a
-flag.
+"""Which laws hold for a target under its declaration: read from its score_mod and mask_mod (and for a
+module, from the masks of the layers its schedule declares), not from a flag.
 
 A law a property states may hold only for some declarations: prefix invariance needs a causal mask,
 the permutation symmetries a mask that lets every query see every key and scores that ignore
@@ -21,7 +21,7 @@ import torch
 from attnspec.properties.blocks import boundary_lengths
 from attnspec.properties.declared import mod_name
 from attnspec.properties.targets import Target
-from attnspec.specs.mods import mask_values, score_values
+from attnspec.specs.mods import mask_values, reach, score_values
 
 BATCH, HEADS = 2, 4
 # Scores the score_mod is probed at: ordinary, large, negative, and one far beyond a soft-cap's range.
@@ -47,6 +47,12 @@ def _mask(target: Target, length: int) -> torch.Tensor | None:
     return mask_values(target.mask_mod, BATCH, _heads(target), length, length)
 
 
+def _layer_masks(target: Target, length: int) -> list[tuple[object, torch.Tensor]]:
+    """(kind, (T, T) mask) of each kind of layer a module's schedule declares, in order of appearance."""
+    kinds = dict.fromkeys(target.schedule)
+    return [(kind, mask_values(kind.mask_mod(), 1, 1, length, length)[0, 0]) for kind in kinds]
+
+
 def _scores(target: Target, length: int) -> list[torch.Tensor]:
     """The target's score_mod at each constant score of PROBE_SCORES, (B, H, T, T) each."""
     if target.score_mod is None:
@@ -69,6 +75,12 @@ def _shift_free(grid: torch.Tensor) -> bool:
 
 
 def _causal_problem(target: Target, length: int) -> str | None:
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    for kind, layer_mask in _layer_masks(target, length):
+        seen = torch.nonzero(layer_mask & future)
+        if len(seen):
+            i, j = seen[0].tolist()
+            return f"its layers of kind '{kind}' let query {i} see the later key {j}: it is not causal"
     mask = _mask(target, length)
     if mask is None:
         return None
@@ -90,6 +102,9 @@ def _relative_problem(target: Target, length: int) -> str | None:
 
 
 def _permutable_problem(target: Target, length: int) -> str | None:
+    for kind, layer_mask in _layer_masks(target, length):
+        if not bool(layer_mask.all()):
+            return f"its layers of kind '{kind}' hide keys: the order of the tokens matters"
     mask = _mask(target, length)
     if mask is None and "non_causal" not in target.capabilities:
         return f"--impl {target.name} lacks: non_causal"
@@ -104,6 +119,13 @@ def _permutable_problem(target: Target, length: int) -> str | None:
 def _bidirectional_problem(target: Target, length: int) -> str | None:
     """A declared mask_mod that lets every query see every key (an encoder's); a module without one is
     causal, whatever its attention function would do with causal=False."""
+    if target.schedule:
+        masks = [mask_values(kind.mask_mod(), 1, 1, length, length)[0, 0] for kind in target.schedule]
+        blind = torch.nonzero(~reach(masks))
+        if not len(blind):
+            return None
+        i, j = blind[0].tolist()
+        return f"through its schedule of layers output {i} does not see input {j}"
     mask = _mask(target, length)
     if mask is None:
         return f"--impl {target.name} declares no mask_mod that shows every token every other (an encoder's)"

@@ -12,7 +12,7 @@ from attnspec.properties.conventions import (
     layer_convention_mismatch,
     rope_convention_mismatch,
 )
-from attnspec.properties.declared import declaration
+from attnspec.properties.declared import declaration, mod_name
 from attnspec.properties.references import declared_conditioning, declared_gradient_conditioning
 from attnspec.properties.targets import current
 from attnspec.specs.tolerance import golden_bound, rounded_once_bound, scoring_dtype
@@ -188,14 +188,44 @@ def assert_rope_golden(out, golden, ref_lowp, what: str, x, positions: list[int]
     _golden_or_convention(out, golden, ref_lowp, what, mismatch)
 
 
-def assert_shift_invariant(shifted, out, golden, lowp_shifted, lowp_out, what: str) -> None:
-    """|shifted - out| within the golden bounds of both: ``golden`` is the value of the law (the
-    oracle is shift-invariant), so by the triangle inequality the two bounds add up.  A target
-    whose angle table is in a low dtype drifts with the position, which a plain assert_close
-    between the two outputs would not allow for."""
-    bound = golden_bound(golden, lowp_shifted, out.dtype) + golden_bound(golden, lowp_out, out.dtype)
-    worst = (shifted.detach().cpu().double() - out.detach().cpu().double()).abs().max().item()
-    assert worst <= bound, f"{what}: max |diff| = {worst:.3e} exceeds the {out.dtype} bound {bound:.3e}"
+def assert_equal_within_golden(a, b, golden, lowp_a, lowp_b, what: str) -> None:
+    """|a - b| within the golden bounds of both, for two outputs a law says are equal (a shift of every
+    position, a permutation of the context): ``golden`` is the value of the law, both sides' oracle in
+    float64, so by the triangle inequality the two bounds add up (``lowp_a``, ``lowp_b``: the oracle of
+    each side in the tested dtype).  A target whose angle table is in a low dtype drifts with the
+    position, and one that sums in another order for another layout rounds otherwise, which a plain
+    assert_close between the two outputs would not allow for."""
+    bound = golden_bound(golden, lowp_a, a.dtype) + golden_bound(golden, lowp_b, a.dtype)
+    worst = (a.detach().cpu().double() - b.detach().cpu().double()).abs().max().item() if a.numel() else 0.0
+    assert worst <= bound, f"{what}: max |diff| = {worst:.3e} exceeds the {a.dtype} bound {bound:.3e}"
+
+
+# A declared score_mod is applied when the output sits this close to the oracle with it, as a share of how
+# far the mod moves the oracle's output: above the rounding of logits in the hundreds (BLOOM's ALiBi,
+# added as slope * j and shifted by the row, moves a float32 output by ~1% of its effect there), far
+# below any mod left out (which sits at the whole of it).
+APPLIED = 0.1
+
+
+def assert_score_mod_applied(out, golden, unmodified, what: str, mod) -> None:
+    """``out`` follows the oracle with the declared score_mod ``mod`` (``golden``), not the oracle without it
+    (``unmodified``): within APPLIED of the mod's effect, max|golden - unmodified|.  A target whose output
+    is the oracle's without the mod is told that it ignores it."""
+    out = out.detach().cpu().double()
+    golden, unmodified = golden.double(), unmodified.double()
+    effect = (golden - unmodified).abs().max().item()
+    with_mod = (out - golden).abs().nan_to_num(nan=float("inf")).max().item()
+    without = (out - unmodified).abs().nan_to_num(nan=float("inf")).max().item()
+    if with_mod <= APPLIED * effect:
+        return
+    said = (
+        f"the declared score_mod {mod_name(mod)} moves the output by up to {effect:.3e} here; max |out - "
+        f"oracle with it| = {with_mod:.3e}, without it {without:.3e}"
+    )
+    if without <= APPLIED * effect:
+        raise AssertionError(f"{what}: the target ignores its declared score_mod: {said}{_under()}")
+    neither = "the output follows neither the oracle with the score_mod nor the one without it"
+    raise AssertionError(f"{what}: {neither}: {said}")
 
 
 def _golden_or_convention(

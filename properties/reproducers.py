@@ -108,6 +108,18 @@ def out_of_memory(error: BaseException) -> str | None:
     return f"the target exhausted memory: {words}{on}"
 
 
+def layer_refusal(error: BaseException) -> str | None:
+    """For a layer the target would not build for a spec within its declarations (targets.Refused), or a
+    declaration or report the kit cannot take (targets.Undeclarable), anywhere in the chain of causes:
+    its one line; None for any other error."""
+    seen = first_error(error)
+    while seen is not None:
+        if isinstance(seen, targets.Refused | targets.Undeclarable):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def refusal(target: targets.Target, error: BaseException) -> str | None:
     """For an error the target raised on an input: what it raised, on which call, and what to declare,
     found by calling it again with that call changed in one respect at a time (_what_to_declare);

@@ -64,23 +64,46 @@ def _raised_at(frames: traceback.StackSummary) -> str | None:
 WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
 
 
-def first_calls(target: Target, device: torch.device | str = "cpu") -> tuple[list[str], float, float]:
-    """``target_problems``, and what the first call and a warm one cost (for `attnspec check`'s
-    estimate and --budget): a slow first call may be a warm-up (eager FlexAttention: 1 s, then
-    milliseconds), so it is timed again."""
+def first_calls(target: Target, device: torch.device | str = "cpu") -> tuple[list[str], float, float, float]:
+    """``target_problems``, and what the first call, a warm one and one on new sizes cost (for `attnspec
+    check`'s estimate and its fit to a time): a slow first call may be a warm-up (eager FlexAttention:
+    1-2 s, then milliseconds), so it is timed again, and on other sizes, which a target that compiles
+    per shape pays for again (eager FlexAttention: 0.2-0.3 s)."""
     started = time.perf_counter()
     problems = target_problems(target, device)
-    first = call = time.perf_counter() - started
+    first = call = new_sizes = time.perf_counter() - started
     if first > WARM_UP and not problems:
         started = time.perf_counter()
         target_problems(target, device)
         call = time.perf_counter() - started
-    return problems, first, call
+        new_sizes = new_sizes_call(target, device) or call
+    return problems, first, call, new_sizes
+
+
+def new_sizes_call(target: Target, device: torch.device | str = "cpu") -> float | None:
+    """Seconds a call of an attention function on sizes it has not met takes: the probe's problem with
+    a query fewer (and a key fewer where Tq must be Tk), no larger in any size, so as safe to call.  None
+    for a module or a layer, or where the call raises (the properties will say what it refuses)."""
+    if target.attention is None:
+        return None
+    batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
+    tk = tk if target.supports("decode") else tk - 1
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (
+        torch.randn(batch, heads, t, width, generator=gen).to(device)
+        for heads, t, width in ((n_heads, tq - 1, d), (n_kv_heads, tk, d), (n_kv_heads, tk, dv))
+    )
+    started = time.perf_counter()
+    try:
+        target.attention(q, k, v, **KEYWORDS)
+    except Exception:  # a refusal is the properties' to report
+        return None
+    return time.perf_counter() - started
 
 
 def probed(
     target: Target, device: torch.device | str, isolation: object | None
-) -> tuple[list[str], float, float]:
+) -> tuple[list[str], float, float, float]:
     """``first_calls`` in a forked probe where the run isolates the target (attnspec/parallel.py), so
     that a target that crashes or hangs on its first call is told so in one line."""
     from attnspec.parallel import Died
@@ -90,11 +113,12 @@ def probed(
             return first_calls(target, device)
         return isolation.in_a_fork(lambda: first_calls(target, device))  # type: ignore[attr-defined]
     except Died as died:
-        return [f"--impl {target.name}: its first call, attention(q, k, v, {CALL}), {died}"], 0.0, 0.0
+        return [f"--impl {target.name}: its first call, attention(q, k, v, {CALL}), {died}"], 0.0, 0.0, 0.0
     except Exception as error:  # the kit could not even look at what came back (a --device meta, ...)
         said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return (
             [f"--impl {target.name}: its first call on device {device} could not be checked: {said}"],
+            0.0,
             0.0,
             0.0,
         )
@@ -186,15 +210,32 @@ def meta_problem(target: Target) -> str | None:
     return None
 
 
+# The first layers the check builds, heads and KV heads: a layer that raises CannotBuild for one (a
+# multi-query layer takes one KV head) is built with the next.
+FIRST_HEADS = ((2, 2), (2, 1), (4, 2), (1, 1))
+
+
+def buildable_spec(target: Target, device: torch.device | str) -> targets.LayerSpec:
+    """A small LayerSpec the target's layer(spec) builds (the first tried, which then raises, if it
+    builds none): a layer that cannot be built with some sizes is checked on the others, and told of
+    those the properties draw (a refusal, or CannotBuild)."""
+    specs = [target.fitted(targets.LayerSpec(2 * h, h, kv, 4, device=device)) for h, kv in FIRST_HEADS]
+    for spec in specs:
+        try:
+            target.layer(spec)
+        except Exception:  # another size may build
+            continue
+        return spec
+    return specs[0]
+
+
 def layer_problems(target: Target, device: torch.device | str = "cpu") -> list[str]:
     """What keeps a target that is only a layer (a cross-attention layer) from being checked: the layer
     of a small LayerSpec, called on x (1, 5, D) (and, with "cross", on a context (1, 3, D)), must return
     a tensor of x's shape, dtype and device, without NaN."""
     if target.layer is None:
         return [f"--impl {target.name}: neither an attention function, a module nor a layer() {SEE}"]
-    n_heads = target.head_counts(2, 2)[0]
-    d = target.head_size(4)
-    spec = targets.LayerSpec(target.layer_width(n_heads, d, 2 * n_heads), n_heads, n_heads, d, device=device)
+    spec = buildable_spec(target, device)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(1, 5, spec.d_model, generator=gen).to(device)
     context = {"context": torch.randn(1, 3, spec.d_model, generator=gen).to(device)}

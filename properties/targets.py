@@ -48,6 +48,8 @@ from pathlib import Path
 
 import torch
 
+from attnspec.specs import mods
+
 CAPABILITIES = {
     "weights": "returns the attention weights (return_weights=True)",
     "window": "sliding windows (window=W: query p sees keys p-W < j <= p)",
@@ -74,6 +76,8 @@ CAPABILITIES = {
     "no_positions": "the module adds no positions: an output ignores the order of the tokens it sees",
     "padding": "the module takes a padding mask: module(x, attention_mask=m), m (B, T): 1 real token, 0 pad",
     "hidden_states": "the module returns each layer's output: hidden_states(x) -> one (B, T, D) per layer",
+    "layer_runs": "the module runs its own attention layers, MLPs silenced, and reports each one's input, "
+    "output and parameters: layer_runs(x) -> one LayerRun per layer",
     "impl": "the rest of impl/: errors, masks, RoPE, positions, layers, block, stack, KV cache, paths",
 }
 
@@ -95,10 +99,129 @@ ADAPTERS = {
     "hf-gemma2": "attnspec.properties.adapters.hf_models:GEMMA2",
     "hf-bloom-model": "attnspec.properties.adapters.hf_models:BLOOM",
     "hf-bert-model": "attnspec.properties.adapters.hf_models:BERT",
+    "hf-smollm3": "attnspec.properties.adapters.families.smollm3:LAYER",
+    "hf-smollm3-model": "attnspec.properties.adapters.families.smollm3:MODEL",
+    "hf-gemma3": "attnspec.properties.adapters.families.gemma3:LAYER",
+    "hf-gemma3-model": "attnspec.properties.adapters.families.gemma3:MODEL",
+    "hf-olmo2": "attnspec.properties.adapters.families.olmo2:LAYER",
+    "hf-olmo2-model": "attnspec.properties.adapters.families.olmo2:MODEL",
+    "hf-stablelm": "attnspec.properties.adapters.families.stablelm:LAYER",
+    "hf-stablelm-model": "attnspec.properties.adapters.families.stablelm:MODEL",
+    "hf-phi": "attnspec.properties.adapters.families.phi:LAYER",
+    "hf-phi-model": "attnspec.properties.adapters.families.phi:MODEL",
+    "hf-gptj": "attnspec.properties.adapters.families.gptj:LAYER",
+    "hf-gptj-model": "attnspec.properties.adapters.families.gptj:MODEL",
+    "hf-falcon": "attnspec.properties.adapters.families.falcon:LAYER",
+    "hf-falcon-model": "attnspec.properties.adapters.families.falcon:MODEL",
+    "hf-falcon-alibi": "attnspec.properties.adapters.families.falcon:ALIBI_LAYER",
+    "hf-falcon-alibi-model": "attnspec.properties.adapters.families.falcon:ALIBI_MODEL",
+    "hf-mpt": "attnspec.properties.adapters.families.mpt:LAYER",
+    "hf-mpt-model": "attnspec.properties.adapters.families.mpt:MODEL",
+    "hf-t5": "attnspec.properties.adapters.families.t5:LAYER",
+    "hf-t5-model": "attnspec.properties.adapters.families.t5:MODEL",
+    "hf-t5-cross": "attnspec.properties.adapters.families.t5:CROSS",
+    "hf-whisper-cross": "attnspec.properties.adapters.families.whisper:CROSS",
+    "hf-llama4": "attnspec.properties.adapters.families.llama4:LAYER",
+    "hf-llama4-model": "attnspec.properties.adapters.families.llama4:MODEL",
+    "hf-cohere2": "attnspec.properties.adapters.families.cohere2:LAYER",
+    "hf-cohere2-model": "attnspec.properties.adapters.families.cohere2:MODEL",
+    "hf-modernbert": "attnspec.properties.adapters.families.modernbert:LAYER",
+    "hf-modernbert-model": "attnspec.properties.adapters.families.modernbert:MODEL",
+    "hf-roberta": "attnspec.properties.adapters.families.roberta:LAYER",
+    "hf-roberta-model": "attnspec.properties.adapters.families.roberta:MODEL",
     "gpt-oss": "attnspec.properties.adapters.gpt_oss_reference:TARGET",
     "flash-ref": "attnspec.properties.adapters.flash_ref:TARGET",
 }
 ENV = "ATTNSPEC_IMPL"
+
+
+class CannotBuild(ValueError):
+    """Raised by a target's ``layer(spec)`` for a spec it cannot be built with (a head count, a KV head
+    count or a context width its model does not take): the kit draws another spec, and checks the
+    layer on the sizes it can take.  Sizes it never takes are better declared (Target: heads, kv_heads,
+    head_dims, tied_width, tied_context), so that the kit does not draw them at all."""
+
+
+class Refused(Exception):
+    """The target raised building a layer for a spec within its declarations (not CannotBuild): the
+    property is refused, saying what it raised and what to declare (reproducers.refusal's counterpart
+    for layers)."""
+
+
+class Undeclarable(ValueError):
+    """What a target declares or a layer reports is something the kit cannot check (a q/k norm gain of
+    a shape no form takes, say): the property is refused, saying what it could not take, and the target
+    is not blamed for it."""
+
+
+# The masks a layer of a module may have (LayerKind.mask), with what its size means.
+KINDS = {
+    "causal": "a query sees its own position and every earlier one",
+    "window": "a causal sliding window of size W: q - W < kv <= q",
+    "chunk": "chunked attention: the positions cut into blocks of size C from 0, causal within a block",
+    "bidirectional": "every query sees every key (an encoder's layer)",
+    "local": "a bidirectional local window of radius R: |q - kv| <= R",
+}
+SIZED = ("window", "chunk", "local")
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one layer of a module attends to and with which positions: its ``mask`` (KINDS; ``size``
+    is W, C or R for the sized ones), RoPE (``rope=True``, declared: the layer must rotate q and k) or
+    none (``rope=False``: a NoPE layer, Llama 4's and SmolLM3's every fourth, Cohere 2's global ones),
+    and the RoPE ``base`` of that kind where kinds differ (Gemma 3's local layers 10000, its global ones
+    1e6).  A module declares one per layer, in order:
+    ``OBJ.schedule = (LayerKind("window", 4), LayerKind("causal"), ...)``; ``OBJ.windows`` is the
+    short form for causal and windowed layers, whose kinds say nothing of positions (``rope=None``: as
+    the layer reports, for a model with absolute positions as much as for one with RoPE)."""
+
+    mask: str = "causal"
+    size: int | None = None
+    rope: bool | None = True
+    base: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mask not in KINDS:
+            raise ValueError(f"LayerKind(mask={self.mask!r}): one of {sorted(KINDS)}")
+        sized = isinstance(self.size, int) and not isinstance(self.size, bool) and self.size >= 1
+        if (self.mask in SIZED) != sized:
+            needs = "a positive size" if self.mask in SIZED else "no size"
+            raise ValueError(f"LayerKind({self.mask!r}, size={self.size!r}): a {self.mask} layer has {needs}")
+
+    @property
+    def causal(self) -> bool:
+        return self.mask in ("causal", "window", "chunk")
+
+    @property
+    def window(self) -> int | None:
+        """W of a windowed layer (the LayerSpec window of such a layer), else None."""
+        return self.size if self.mask == "window" else None
+
+    def mask_mod(self, offset: int = 0) -> Callable:
+        """The mask as a FlexAttention mask_mod (specs/mods.py), its positions counted from ``offset``."""
+        kinds = {
+            "causal": lambda: mods.causal,
+            "window": lambda: mods.sliding_window(self.size),
+            "chunk": lambda: mods.chunked(self.size),
+            "bidirectional": lambda: mods.bidirectional,
+            "local": lambda: mods.local(self.size),
+        }
+        return mods.shifted(kinds[self.mask](), offset)
+
+    def __str__(self) -> str:
+        words = self.mask if self.size is None else f"{self.mask} {self.size}"
+        if self.rope is False:
+            words += ", no RoPE"
+        elif self.base is not None:
+            words += f", RoPE base {self.base:g}"
+        return words
+
+
+def schedule_of_windows(windows: tuple[int | None, ...]) -> tuple[LayerKind, ...]:
+    """The schedule that ``OBJ.windows`` (W or None per layer) is the short form of: positions as each
+    layer reports them."""
+    return tuple(LayerKind("causal" if w is None else "window", w, rope=None) for w in windows)
 
 
 @dataclass(frozen=True)
@@ -106,7 +229,9 @@ class LayerSpec:
     """The attention layer a layer property asks for: window=None is full causal attention,
     sinks=False a layer without sinks (or with sinks of -inf), base the RoPE base; for a
     cross-attention layer ("cross"), context_dim the width of the context its keys and values are
-    projected from (None: d_model)."""
+    projected from (None: d_model).  The layer's parameters are drawn by randomize_(module, spec), from
+    ``seed`` at the spread ``std``.  A module's white box is asked for each ``kind`` of layer its schedule
+    declares (LayerKind: chunked attention, a layer without RoPE, a local bidirectional window)."""
 
     d_model: int
     n_heads: int
@@ -119,6 +244,12 @@ class LayerSpec:
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
     context_dim: int | None = None
+    # the spread of the parameters randomize_(module, spec) draws (matrices wider than 16 inputs scaled
+    # down by their fan-in): 0.5, or larger where a property needs logits large enough to bend a soft-cap
+    std: float = 0.5
+    # for the white box of a module that declares a schedule: the kind of its layers to build (its mask,
+    # RoPE or none, its base; ``window`` is the kind's W for a windowed kind, and ``base`` its base)
+    kind: LayerKind | None = None
 
 
 @dataclass(frozen=True)
@@ -158,10 +289,18 @@ class Layer:
     # the given sizes (they add up to T; the first is the prompt), from position 0; the outputs of
     # all chunks, concatenated (B, T, D)
     decode: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
-    # q/k normalisation (Qwen3, Gemma 3): the gains (d,) of the RMSNorm each query and key head gets over
-    # its d features, with ``eps``, after the projection and before RoPE; None for a layer without
+    # q/k normalisation, after the projections and before RoPE, with ``eps``; None for a layer without.
+    # ``qk_norm`` is its kind: "rms" (Qwen3, Gemma 3, OLMo 2) or "layer" (StableLM, Phi: LayerNorm, with
+    # q_norm_bias and k_norm_bias where it has them); ``qk_norm_over`` what it normalises: "head", each
+    # head over its d features, the gains (d,) shared by every head (Qwen3) or (H, d) one per head
+    # (StableLM's LayerNorm per head), or "width", all of q's (k's) heads together, gains (H * d,)
+    # (OLMo 2).  Every gain and bias is in the layer's own head order.
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
+    q_norm_bias: torch.Tensor | None = None
+    k_norm_bias: torch.Tensor | None = None
+    qk_norm: str = "rms"
+    qk_norm_over: str = "head"
     # partial rotary (GPT-NeoX, Phi): RoPE rotates the first rotary_dim features of each head only
     rotary_dim: int | None = None
     # the attention's scale when it is not 1/sqrt(d) (Gemma 2's query_pre_attn_scalar ** -0.5)
@@ -172,6 +311,11 @@ class Layer:
     # "pre": the norm (norm_weight) feeds the projections; "post": it normalises x plus the attention's
     # output (the original Transformer's post-norm, BERT's)
     norm_at: str = "pre"
+    # A score_mod that reads this layer's own parameters (T5's table of relative-position biases, learned
+    # ALiBi slopes), in FlexAttention's form (specs/mods.py): it replaces the target's declared score_mod
+    # for this layer.  Like every mod of a layer, it sees its tokens at positions 0 .. T-1 whatever the
+    # offset, so it must depend on distances alone.
+    score_mod: Callable | None = None
 
     def __post_init__(self) -> None:
         if self.norm not in ("rms", "layer"):
@@ -189,13 +333,60 @@ class Layer:
             raise ValueError(
                 "Layer(norm_bias=...) is LayerNorm's bias: give norm='layer' and its norm_weight"
             )
+        if self.qk_norm not in ("rms", "layer") or self.qk_norm_over not in ("head", "width"):
+            raise ValueError(
+                f"Layer(qk_norm={self.qk_norm!r}, qk_norm_over={self.qk_norm_over!r}): the q/k norm is 'rms' "
+                "or 'layer', over each 'head' or the whole 'width'"
+            )
+        for name in ("q", "k"):
+            if getattr(self, f"{name}_norm_bias") is not None and (
+                self.qk_norm != "layer" or getattr(self, f"{name}_norm") is None
+            ):
+                raise ValueError(
+                    f"Layer({name}_norm_bias=...) is a LayerNorm's bias: give qk_norm='layer' and {name}_norm"
+                )
+
+    def check_reports(self, spec: LayerSpec) -> None:
+        """Raise Undeclarable where what the layer reports is no form the oracle takes for ``spec``'s heads
+        (a q/k norm gain or bias of another shape), saying what it could not take."""
+        for name, heads in (("q", spec.n_heads), ("k", spec.n_kv_heads)):
+            d = spec.head_dim
+            forms = {"head": [(d,), (heads, d)], "width": [(heads * d,)]}[self.qk_norm_over]
+            for part in (f"{name}_norm", f"{name}_norm_bias"):
+                value = getattr(self, part)
+                if value is not None and tuple(value.shape) not in forms:
+                    raise Undeclarable(
+                        f"the layer reports {part} of shape {tuple(value.shape)} with qk_norm_over="
+                        f"{self.qk_norm_over!r}; for {heads} heads of {d} features the kit takes "
+                        f"{' or '.join(str(form) for form in forms)}; report the gain of the q/k norm as it "
+                        "normalises (Layer.qk_norm_over: 'head' or 'width')"
+                    )
 
     def reported(self) -> dict:
         """What the layer reports, as keywords of the oracle layer (specs.oracle.attention_layer_oracle)."""
         names = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "sinks")
         names += ("norm_weight", "norm_bias", "norm", "eps", "residual", "rope", "q_norm", "k_norm")
+        names += ("q_norm_bias", "k_norm_bias", "qk_norm", "qk_norm_over")
         names += ("rotary_dim", "scale", "post_norm", "norm_at")
         return {name: getattr(self, name) for name in names}
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """One of a module's own attention layers as a pass of the module ran it (``layer_runs(x)``, the
+    module's MLPs silenced so that each layer is x + its attention, as a white box is): what went in
+    (B, T, D), what came out, what the layer reports (a Layer: its ``forward`` is not called), its
+    sizes and its RoPE base.  The kit holds each to the oracle layer of the kind the module's schedule
+    declares for it (MOD-13): a model that hands a layer the other kind's mask or rotary table, or a
+    schedule that misstates the model, fails."""
+
+    input: torch.Tensor
+    output: torch.Tensor
+    layer: Layer
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    base: float = 10000.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +431,11 @@ class Target:
     decode: Callable | None = None
     vocab_size: int | None = None
     hidden_states: Callable | None = None
+    layer_runs: Callable | None = None  # with "layer_runs": x -> one LayerRun per layer, in order
+    # Each layer's kind, in order (LayerKind: its mask and positions); ``windows`` is the short form for
+    # causal and windowed layers, translated into it.  The module properties derive what each output
+    # depends on from it (MOD-5), and a white box is asked for each kind.
+    schedule: tuple[LayerKind, ...] = ()
     # Its kernels round a row differently when other rows change (an MoE that groups tokens by expert, a
     # split-K GEMM): the module properties that ask "did this output change?" (MOD-1, MOD-5) then call a
     # change one beyond the dtype's tolerance, not any change of its bits.
@@ -256,8 +452,27 @@ class Target:
     # Partial rotary (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor): rope() rotates the first
     # int(d * rotary_pct) features of a head of d; None: all of them.
     rotary_pct: float | None = None
+    # The KV head counts its layer takes (Falcon's multi-query attention: (1,)); empty: any divisor of Hq.
+    kv_heads: tuple[int, ...] = ()
+    # Its cross-attention layer's context is as wide as the model (T5's, Whisper's): every LayerSpec
+    # then has context_dim None.
+    tied_context: bool = False
+    # The RoPE base it is fixed at (GPT-J hard-codes 10000): every LayerSpec and rope() call uses it, where
+    # the kit otherwise draws bases of 10, 10000 and 500000.
+    rope_base: float | None = None
 
     def __post_init__(self) -> None:
+        if self.windows and not self.schedule:  # the short form: one mechanism for both (frozen: set once)
+            object.__setattr__(self, "schedule", schedule_of_windows(self.windows))
+        if not all(isinstance(kind, LayerKind) for kind in self.schedule):
+            raise TypeError(f"{self.name} declares a schedule of {self.schedule!r}: LayerKind(...) per layer")
+        masks = tuple((kind.mask, kind.size) for kind in self.schedule)
+        if self.windows and masks != tuple((k.mask, k.size) for k in schedule_of_windows(self.windows)):
+            kinds = ", ".join(str(kind) for kind in self.schedule)
+            raise ValueError(
+                f"{self.name} declares windows {self.windows} and a schedule ({kinds}) that differ: declare "
+                "the schedule alone"
+            )
         unknown = self.capabilities - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
@@ -269,10 +484,13 @@ class Target:
             raise ValueError(
                 f"{self.name} claims the 'cache' capability without 'layer': the cache is a layer's"
             )
-        for field in ("blocks", "switches", "head_dims", "heads"):
+        for field in ("blocks", "switches", "head_dims", "heads", "kv_heads"):
             sizes = getattr(self, field)
             if not all(isinstance(n, int) and n >= 1 for n in sizes):
                 raise ValueError(f"{self.name} declares {field}={sizes!r}: positive integers expected")
+        base = self.rope_base
+        if base is not None and (isinstance(base, bool) or not isinstance(base, int | float) or base <= 1):
+            raise ValueError(f"{self.name} declares rope_base={base!r}: a number above 1 expected")
         pct = self.rotary_pct
         if pct is not None and (
             isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 1
@@ -287,7 +505,7 @@ class Target:
         if "module" in self.capabilities and not (callable(self.module) and isinstance(width, int)):
             what = "a callable module and d_model (or vocab_size for a model)"
             raise TypeError(f"{self.name} claims the 'module' capability without {what}")
-        for method in ("layer", "rope", "decode", "hidden_states"):
+        for method in ("layer", "rope", "decode", "hidden_states", "layer_runs"):
             needed = "chunks" if method == "decode" else method
             if needed in self.capabilities and not callable(getattr(self, method)):
                 raise TypeError(
@@ -327,12 +545,16 @@ class Target:
 
     def head_counts(self, n_heads: int, n_kv_heads: int) -> tuple[int, int]:
         """(Hq, Hkv) the target takes for drawn ones: Hq itself or one of its declared ``heads`` (spread
-        over them as Hq varies), and Hkv, a divisor of it, the drawn one where it divides Hq."""
+        over them as Hq varies), and Hkv, a divisor of it (one of its declared ``kv_heads``), the drawn
+        one where it can be."""
         if not self.heads or n_heads in self.heads:
             hq = n_heads
         else:
             hq = sorted(self.heads)[(n_heads - 1) % len(self.heads)]
-        divisors = [g for g in range(1, hq + 1) if hq % g == 0]
+        divisors = [g for g in range(1, hq + 1) if hq % g == 0 and (not self.kv_heads or g in self.kv_heads)]
+        if not divisors:  # no declared KV head count divides Hq: the smallest Hq some declared one divides
+            hkv = min(self.kv_heads)
+            return (hkv * max(1, hq // hkv), hkv)
         hkv = n_kv_heads if n_kv_heads in divisors else divisors[(n_kv_heads - 1) % len(divisors)]
         return hq, hkv
 
@@ -340,6 +562,26 @@ class Target:
         """d_model of a LayerSpec with these heads: ``drawn``, or n_heads * head_dim for a layer
         whose width is tied to its heads (tied_width)."""
         return n_heads * head_dim if self.tied_width else drawn
+
+    def fitted(self, spec: LayerSpec) -> LayerSpec:
+        """``spec`` within what the target declares its layer takes: its head counts (heads, kv_heads),
+        head sizes (head_dims), a width tied to the heads (tied_width), a context as wide as the model
+        (tied_context), its fixed RoPE base (rope_base).  Every LayerSpec the kit builds a layer from
+        goes through here."""
+        n_heads, n_kv_heads = self.head_counts(spec.n_heads, spec.n_kv_heads)
+        if spec.n_kv_heads == spec.n_heads and not self.kv_heads:  # multi-head attention stays so
+            n_kv_heads = n_heads
+        head_dim = self.head_size(spec.head_dim)
+        d_model = spec.d_model if n_heads == spec.n_heads else spec.d_model // spec.n_heads * n_heads
+        return replace(
+            spec,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            d_model=self.layer_width(n_heads, head_dim, d_model),
+            context_dim=None if self.tied_context else spec.context_dim,
+            base=spec.base if self.rope_base is None else float(self.rope_base),
+        )
 
     def outputs(self, q, k, v, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(output, weights): the output of a plain call, and the weights of a return_weights call
@@ -349,6 +591,54 @@ class Target:
         if not self.supports("weights"):
             return out, None
         return out, self.attention(q, k, v, return_weights=True, **kwargs)[1]
+
+
+# What an object declares besides its capabilities, read the same way for every kind of target: the
+# Target field, and its value when the object does not declare it.
+DECLARATIONS = {
+    "layer": None,
+    "rope": None,
+    "sources": (),
+    "blocks": (),
+    "switches": (),
+    "conventions": frozenset(),
+    "head_dims": (),
+    "tied_width": False,
+    "score_mod": None,
+    "mask_mod": None,
+    "heads": (),
+    "kv_heads": (),
+    "tied_context": False,
+    "rope_base": None,
+    "max_len": None,
+    "max_batch": None,
+    "needs_contiguous": False,
+    "rotary_pct": None,
+}
+
+
+# What only an attention function declares: a module's attributes of these names are its own parts
+# (self.blocks, self.rope), never declarations.
+KERNEL_ONLY = ("rope", "blocks", "switches", "max_batch", "needs_contiguous")
+
+
+def declared_fields(obj: object, fields=tuple(DECLARATIONS)) -> dict:
+    """The Target ``fields`` ``obj`` declares as attributes (DECLARATIONS), in the fields' types; a
+    submodule that happens to carry a field's name (self.heads, a ModuleList) declares nothing."""
+    found = {}
+    for field in fields:
+        default = DECLARATIONS[field]
+        value = getattr(obj, field, default)
+        if isinstance(value, torch.nn.Module):
+            value = default
+        if isinstance(default, bool):
+            value = bool(value)
+        elif isinstance(default, frozenset):
+            value = frozenset(value)
+        elif isinstance(default, tuple):
+            value = tuple(value)
+        found[field] = value
+    return found
 
 
 def as_target(name: str, obj: object) -> Target:
@@ -364,29 +654,8 @@ def as_target(name: str, obj: object) -> Target:
     attention = getattr(obj, "attention", obj)
     if not callable(attention):
         raise TypeError(f"{obj!r} has no callable attention(q, k, v, ...)")
-    capabilities = frozenset(getattr(obj, "capabilities", ()))
     about = getattr(obj, "__doc__", "") or ""
-    return Target(
-        name,
-        attention,
-        capabilities,
-        about,
-        getattr(obj, "layer", None),
-        getattr(obj, "rope", None),
-        tuple(getattr(obj, "sources", ())),
-        tuple(getattr(obj, "blocks", ())),
-        tuple(getattr(obj, "switches", ())),
-        frozenset(getattr(obj, "conventions", ())),
-        tuple(getattr(obj, "head_dims", ())),
-        bool(getattr(obj, "tied_width", False)),
-        score_mod=getattr(obj, "score_mod", None),
-        mask_mod=getattr(obj, "mask_mod", None),
-        heads=tuple(getattr(obj, "heads", ())),
-        max_len=getattr(obj, "max_len", None),
-        max_batch=getattr(obj, "max_batch", None),
-        needs_contiguous=bool(getattr(obj, "needs_contiguous", False)),
-        rotary_pct=getattr(obj, "rotary_pct", None),
-    )
+    return Target(name, attention, declared, about, **declared_fields(obj))
 
 
 def _attention_method(module: torch.nn.Module) -> bool:
@@ -396,8 +665,9 @@ def _attention_method(module: torch.nn.Module) -> bool:
 
 
 def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
-    """The Target of a module: its declarations, and D read from the module when it declares none (a
-    model, which takes tokens, declares its vocabulary instead: OBJ.vocab_size = V)."""
+    """The Target of a module: its declarations (its white box's among them), and D read from the module
+    when it declares none (a model, which takes tokens, declares its vocabulary instead:
+    OBJ.vocab_size = V)."""
     vocab_size = getattr(obj, "vocab_size", None)
     d_model = getattr(obj, "d_model", None)
     if d_model is None and vocab_size is None and isinstance(obj, torch.nn.Module):
@@ -407,22 +677,22 @@ def module_target(name: str, obj, capabilities: frozenset[str]) -> Target:
             f"{name}: the width D of its input (B, T, D) is unknown: declare it (OBJ.d_model = D), or for a "
             "model that takes tokens its vocabulary (OBJ.vocab_size = V)"
         )
+    fields = declared_fields(obj, [field for field in DECLARATIONS if field not in KERNEL_ONLY])
     return Target(
         name,
         None,
         capabilities,
         getattr(obj, "__doc__", "") or "",
-        layer=getattr(obj, "layer", None),
-        tied_width=bool(getattr(obj, "tied_width", False)),
+        **fields,
         module=obj,
         d_model=d_model,
         windows=tuple(getattr(obj, "windows", ())),
-        max_len=getattr(obj, "max_len", None),
+        schedule=tuple(getattr(obj, "schedule", ())),
         decode=getattr(obj, "decode", None) if "chunks" in capabilities else None,
         vocab_size=vocab_size,
         hidden_states=getattr(obj, "hidden_states", None) if "hidden_states" in capabilities else None,
+        layer_runs=getattr(obj, "layer_runs", None) if "layer_runs" in capabilities else None,
         rows_round_together=bool(getattr(obj, "rows_round_together", False)),
-        mask_mod=getattr(obj, "mask_mod", None),
     )
 
 
@@ -471,6 +741,21 @@ ADAPTER_NEEDS = {
     **{
         f"hf-{family}-model": "transformers: pip install 'attnspec[conformance]'"
         for family in ("llama", "mistral", "qwen2", "gptoss")
+    },
+    **{  # Gemma 3, OLMo 2, StableLM, Phi, GPT-J (properties/adapters/families/)
+        f"hf-{family}{suffix}": "transformers: pip install 'attnspec[conformance]'"
+        for family in ("gemma3", "olmo2", "stablelm", "phi", "gptj")
+        for suffix in ("", "-model")
+    },
+    **{  # Falcon (multi-query; ALiBi), MPT, T5 (encoder; cross-attention), Whisper's cross-attention
+        f"hf-{name}": "transformers: pip install 'attnspec[conformance]'"
+        for name in ("falcon", "falcon-alibi", "mpt", "t5", "t5-cross", "whisper-cross")
+        + ("falcon-model", "falcon-alibi-model", "mpt-model", "t5-model")
+    },
+    **{  # Llama 4, Cohere 2, ModernBERT, RoBERTa (properties/adapters/families/)
+        f"hf-{family}{suffix}": "transformers: pip install 'attnspec[conformance]'"
+        for family in ("llama4", "cohere2", "modernbert", "roberta")
+        for suffix in ("", "-model")
     },
     "gpt-oss": "gpt-oss: pip install --no-deps gpt-oss==0.0.9 (its torch model needs torch and safetensors)",
 }

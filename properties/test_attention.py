@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from attnspec.properties.adapters.torch_sdpa import float_mask_attention
@@ -44,9 +44,11 @@ from attnspec.properties.pytest_helpers import (
     assert_exactly_zero,
     assert_golden,
     assert_rounded_once,
+    assert_score_mod_applied,
 )
 from attnspec.properties.references import (
     declared_attention,
+    declared_keywords,
     declared_mask,
     declared_scores,
     dot_products,
@@ -55,6 +57,7 @@ from attnspec.properties.references import (
 )
 from attnspec.properties.skips import require_dtype, second_device
 from attnspec.properties.targets import current
+from attnspec.specs.oracle import attention_oracle
 
 TARGET = current()  # the implementation under test (--impl; impl/ by default)
 sdpa = TARGET.attention
@@ -233,6 +236,31 @@ def test_matches_the_oracle(dtype, case, causal, scale, device):
     assert_attention_golden(out, golden_out, ref_out, f"output {what}", q, k, v, **kwargs)
     if w is not None:
         assert_golden(w, golden_w, ref_w, f"weights {what}", Conditioning(q, k, v, **kwargs), "weights")
+
+
+# --- SCORE-1: a declared score_mod is applied --------------------------------------------------
+
+
+@pytest.mark.req("SCORE-1")
+@given(case=attn_cases(max_t=8), spread=st.sampled_from([4.0, 16.0, 64.0]))
+def test_a_declared_score_mod_is_applied_where_it_bends_the_logits(case, spread, device):
+    """Queries ``spread`` times larger than unit scale reach logits where a soft-cap bends them (a cap of 50
+    leaves logits of a few units alone): the output follows the oracle with the declared score_mod, not
+    without it; a case where the mod changes nothing is drawn again."""
+    if TARGET.score_mod is None:
+        pytest.skip(f"--impl {TARGET.name} declares no score_mod")
+    dtype = precise_dtype()
+    q, k, v, sinks = case.make(device, dtype)
+    q = q * spread
+    kwargs = case.keywords(sinks, device)
+    golden = declared_attention(q, k, v, **kwargs)[0]
+    unmodified = attention_oracle(q, k, v, **{**declared_keywords(q, k, **kwargs), "score_mod": None})[0]
+    assume((golden - unmodified).abs().max().item() > 1e-3 * max(1.0, golden.abs().max().item()))
+    out, _ = attend(q, k, v, **kwargs)
+    scale = kwargs["scale"] if kwargs["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
+    largest = (dot_products(q, k) * scale).abs().max().item()
+    what = f"queries at {spread:g} times unit scale, logits up to {largest:.3g} ({case})"
+    assert_score_mod_applied(out, golden, unmodified, what, TARGET.score_mod)
 
 
 # --- ATTN-5: torch's own SDPA -----------------------------------------------------------------

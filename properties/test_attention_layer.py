@@ -19,25 +19,28 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from attnspec.properties.conventions import cache_ignored
 from attnspec.properties.declared import kit_mods
 from attnspec.properties.hypothesis_helpers import (
+    built_layer,
     chunk_lists,
     float_dtypes,
     noise_like,
+    precise_dtype,
     seeded_randn,
     seeds,
     split_sequence,
 )
 from attnspec.properties.pytest_helpers import (
+    assert_equal_within_golden,
     assert_exactly_equal,
     assert_layer_golden,
-    assert_shift_invariant,
+    assert_score_mod_applied,
 )
-from attnspec.properties.targets import Layer, LayerSpec, current
+from attnspec.properties.targets import Layer, LayerKind, LayerSpec, current
 from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
@@ -58,7 +61,7 @@ class LayerCase:
         """The target's layer on ``device`` in the spec's dtype and an input (B, T, D) of unit scale."""
         spec = replace(self.spec, device=device)
         x = seeded_randn(spec.seed + 1, self.batch, self.seq, spec.d_model, device=device, dtype=spec.dtype)
-        return TARGET.layer(spec), x
+        return built_layer(spec), x
 
 
 @st.composite
@@ -68,26 +71,31 @@ def layer_cases(
     min_seq: int = 1,
     max_seq: int = 10,
     evicting: bool = False,
+    shift_free: bool = False,
 ) -> LayerCase:
     """A tiny layer within the target's capabilities: GQA groups, a window, sinks, a RoPE base
     away from 10000 (head_dim >= 4 makes it matter), a position offset, and one of ``dtypes``
     (float_dtypes(device): the test draws the case, since only it sees the device).  An
     ``evicting`` case with a window has one shorter than the sequence (min_seq >= 2), so that a
-    cache must drop keys; its other draws are full layers.  D is a
+    cache must drop keys; its other draws are full layers.  Sizes run from a pair of features a head
+    to the ones models use (heads of 64, widths of a few hundred).  D is a
     multiple of Hq (transformers' configs insist) but drawn apart from Hq * d, unless the target
-    ties the two (tied_width)."""
+    ties the two (tied_width).  The white box of a module that declares a schedule is built as one of
+    its kinds of layer (``shift_free``: a kind whose mask depends on distances alone, not chunks), a
+    causal or windowed kind with any window the target takes.  Every spec is fitted to what the target
+    declares it takes (Target.fitted)."""
     n_kv_heads = draw(st.integers(1, 2))
     group = draw(st.integers(1, 3)) if TARGET.supports("gqa") else 1
-    n_heads, n_kv_heads = TARGET.head_counts(n_kv_heads * group, n_kv_heads)
+    n_heads = n_kv_heads * group
     n_kv_heads = n_kv_heads if TARGET.supports("gqa") else n_heads
     seq = draw(st.integers(min_seq, max_seq))
-    head_dim = TARGET.head_size(draw(st.sampled_from([2, 4, 6, 8])))
-    width = n_heads * draw(st.sampled_from([2, 3, 4, 6]))
+    kinds = [kind for kind in dict.fromkeys(TARGET.schedule) if not (shift_free and kind.mask == "chunk")]
+    kind = draw(st.sampled_from(kinds)) if kinds else None
     spec = LayerSpec(
-        d_model=TARGET.layer_width(n_heads, head_dim, width),
+        d_model=n_heads * draw(st.sampled_from([2, 3, 4, 6, 16, 48])),  # up to a few hundred features
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
+        head_dim=draw(st.sampled_from([2, 4, 6, 8, 16, 64])),
         window=draw(st.one_of(st.integers(1, seq - 1 if evicting else seq + 1), st.none()))
         if TARGET.supports("window")
         else None,
@@ -96,19 +104,39 @@ def layer_cases(
         seed=draw(seeds),
         dtype=draw(st.sampled_from(dtypes)),
     )
+    if kind is not None:
+        spec = of_kind(spec, kind)
     offset = draw(st.integers(0, 64)) if TARGET.supports("offset") else 0
-    return LayerCase(spec, draw(st.integers(1, 2)), seq, offset)
+    return LayerCase(TARGET.fitted(spec), draw(st.integers(1, 2)), seq, offset)
+
+
+def of_kind(spec: LayerSpec, kind: LayerKind) -> LayerSpec:
+    """The drawn ``spec`` as a layer of ``kind``: a causal or windowed kind keeps the drawn window where
+    the target takes windows (the kind then says which: window W or causal), any other kind has its own
+    mask and no window; the kind's RoPE base where it has one."""
+    if kind.mask in ("causal", "window") and TARGET.supports("window"):
+        mask = LayerKind("causal") if spec.window is None else LayerKind("window", spec.window)
+        kind = replace(kind, mask=mask.mask, size=mask.size)
+    base = spec.base if kind.base is None else kind.base
+    return replace(spec, kind=kind, window=kind.window, base=base)
 
 
 def oracle_keywords(layer: Layer, case: LayerCase) -> dict:
     """attention_layer_oracle's keywords: sizes, window, RoPE base from the spec, the target's declared
     mods, the rest from the layer."""
     spec = case.spec
-    score_mod, mask_mod = kit_mods(TARGET, spec.n_heads, spec.n_kv_heads)
+    layer.check_reports(spec)
+    score_mod, mask_mod = kit_mods(TARGET, spec.n_heads, spec.n_kv_heads, layer.score_mod)
+    reported = layer.reported()
+    if spec.kind is not None:  # the kind's own mask (a chunk at the layer's positions), RoPE or none
+        if spec.kind.mask not in ("causal", "window"):
+            mask_mod = spec.kind.mask_mod(case.offset)
+        if spec.kind.rope is not None:  # declared: a layer that reports otherwise misses the oracle
+            reported["rope"] = spec.kind.rope
     return {
         "score_mod": score_mod,
         "mask_mod": mask_mod,
-        **layer.reported(),
+        **reported,
         "n_heads": spec.n_heads,
         "n_kv_heads": spec.n_kv_heads,
         "head_dim": spec.head_dim,
@@ -161,6 +189,45 @@ def test_layer_matches_the_oracle_layer(device, data):
     assert_layer_golden(out, golden, ref_lowp, f"{TARGET.name} layer vs oracle layer", x, **keywords)
 
 
+# --------------------------------------------------------------------------- SCORE-1
+
+
+SPREADS = (1.0, 4.0, 16.0, 64.0)  # the std of the parameters, until the layer's logits bend its score_mod
+
+
+@pytest.mark.req("SCORE-1")
+@given(data=st.data())
+def test_a_layers_declared_score_mod_is_applied_where_it_bends_the_logits(device, data):
+    """The layer's parameters drawn wider and wider (randomize_(module, spec) follows spec.std) until
+    its logits are large enough for the declared score_mod (the target's, or the one the layer reads
+    from its own parameters) to change the oracle's output: a soft-cap of 50 on logits of a few units
+    changes nothing.  The output then follows the oracle with the mod, not without it."""
+    case = data.draw(layer_cases((precise_dtype(),)), label="case")
+    for std in SPREADS:
+        spread = replace(case, spec=replace(case.spec, std=std))
+        layer, x = spread.build(device)
+        keywords = oracle_keywords(layer, spread)
+        if keywords["score_mod"] is None:
+            pytest.skip(f"--impl {TARGET.name} declares no score_mod, and its layer reports none")
+        golden = attention_layer_oracle(x, **keywords)
+        unmodified = attention_layer_oracle(x, **{**keywords, "score_mod": None})
+        if (golden - unmodified).abs().max().item() > 1e-3 * max(1.0, golden.abs().max().item()):
+            break
+        if std == SPREADS[0]:
+            first = layer.wq.detach().clone()
+        elif torch.equal(layer.wq.detach(), first):
+            pytest.skip(
+                f"--impl {TARGET.name}'s layer draws the same parameters whatever spec.std: build it with "
+                "randomize_(module, spec), so that the kit can reach logits its score_mod changes"
+            )
+    else:
+        reject()  # logits the mod leaves alone even at the widest spread: another case
+    with torch.no_grad():
+        out = layer.forward(x, case.offset)
+    what = f"{TARGET.name} layer, parameters of std {std:g} ({spread.spec})"
+    assert_score_mod_applied(out, golden, unmodified, what, keywords["score_mod"])
+
+
 # --------------------------------------------------------------------------- LAYER-2
 
 
@@ -194,7 +261,7 @@ def raised_by_the_kit(error: BaseException) -> bool:
 def test_a_layer_refuses_sizes_it_cannot_compute_when_built(device, data):
     case = data.draw(layer_cases((torch.float32,)), label="case")
     spec = replace(case.spec, device=device)
-    bad = impossible_specs(spec, TARGET.layer(spec).rope)
+    bad = impossible_specs(spec, built_layer(spec).rope)
     if not bad:
         pytest.skip(f"{TARGET.name} declares sizes, but its declarations leave no impossible size to build")
     for what, impossible in bad.items():
@@ -263,7 +330,7 @@ def test_future_tokens_never_change_earlier_layer_outputs(device, data):
 @pytest.mark.needs("offset")
 @given(data=st.data(), shift=st.integers(1, 64))
 def test_shifting_every_position_leaves_the_layer_output_unchanged(device, data, shift):
-    case = data.draw(layer_cases(float_dtypes(device)), label="case")
+    case = data.draw(layer_cases(float_dtypes(device), shift_free=True), label="case")
     layer, x = case.build(device)
     with torch.no_grad():
         out, shifted = layer.forward(x, case.offset), layer.forward(x, case.offset + shift)
@@ -273,4 +340,5 @@ def test_shifting_every_position_leaves_the_layer_output_unchanged(device, data,
         for at in (case.offset, case.offset + shift)
     )
     what = f"layer output at positions {case.offset + shift}.. vs {case.offset}.."
-    assert_shift_invariant(shifted, out, attention_layer_oracle(x, **keywords), lowp_shifted, lowp_out, what)
+    golden = attention_layer_oracle(x, **keywords)
+    assert_equal_within_golden(shifted, out, golden, lowp_shifted, lowp_out, what)

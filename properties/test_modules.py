@@ -3,10 +3,11 @@
 
 A module target (an nn.Module, or a callable that declares "module") is checked for what every module
 owes its users, with no knowledge of its internals: batch independence with its shape, dtype and device
-(MOD-3), determinism in eval mode (MOD-4); a causal one (no ``mask_mod``, or a causal one) also for
-causality (MOD-1), prefix invariance (MOD-2), and with its declarations the exact receptive field of
-its windowed layers, layer by layer when it returns each layer's output (MOD-5), chunked decoding
-(MOD-7) and blindness to the order of the past when it adds no positions (MOD-8); an encoder
+(MOD-3), determinism in eval mode (MOD-4), and with a declared schedule of its layers (windows, chunks,
+local windows: Target.schedule) the exact receptive field it gives, layer by layer when the module
+returns each layer's output (MOD-5); a causal one (no ``mask_mod``, or a causal one, and causal layers)
+also for causality (MOD-1), prefix invariance (MOD-2), chunked decoding (MOD-7) and blindness to the
+order of the past when it adds no positions (MOD-8); an encoder
 (``OBJ.mask_mod`` that lets every token see every other) for permutation equivariance when it adds no
 positions (MOD-11) and outputs that each depend on every token (MOD-12), the causal ones skipped with
 the reason (properties/laws.py). Any module: an error past its maximum length (MOD-6) and, with a
@@ -18,6 +19,7 @@ read a layer's parameters for that. A model's inputs are token ids: "other value
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pytest
@@ -25,10 +27,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from attnspec.properties import relations
 from attnspec.properties.conventions import cache_ignored
+from attnspec.properties.declared import kit_mods, kit_runs
 from attnspec.properties.hypothesis_helpers import full_precision, seeded_randn, seeds
-from attnspec.properties.pytest_helpers import assert_exactly_equal
-from attnspec.properties.targets import current
+from attnspec.properties.pytest_helpers import assert_exactly_equal, assert_layer_golden
+from attnspec.properties.targets import LayerKind, LayerRun, LayerSpec, current
+from attnspec.specs.mods import mask_values, reach
+from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
 pytestmark = pytest.mark.needs("module")
@@ -87,37 +93,21 @@ def run(x: torch.Tensor, dtype: torch.dtype | None = None, **kwargs) -> torch.Te
         return TARGET.module_in(dtype or x.dtype, x.device)(x, **kwargs)
 
 
-def close_entries(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """Where the two agree within torch.testing.assert_close's defaults of their dtype."""
-    rtol, atol = {torch.float64: (1e-7, 1e-7)}.get(actual.dtype, (1.3e-6, 1e-5))
-    return torch.isclose(actual, expected, rtol=rtol, atol=atol)
+def at(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in ``dtype`` (a model's token ids as they are): the same input, converted exactly, for a replay."""
+    return x if MODEL else x.to(dtype)
+
+
+def assert_same_rows(runs, dtype: torch.dtype, what: str) -> None:
+    """The two runs ``runs(dtype)`` gives agree within the rounding ``dtype`` explains, replayed in float64
+    where the module can be (relations.py); a failure names the (batch, position) rows that differ."""
+    relations.assert_same_rows(runs, dtype, what, TARGET)
 
 
 def unchanged(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """Where an output did not change: bitwise, or within the dtype's tolerance for a module whose
-    kernels round a row differently when other rows change (rows_round_together)."""
-    return close_entries(actual, expected) if TARGET.rows_round_together else actual == expected
-
-
-def assert_same_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """torch.testing.assert_close with the dtype's defaults; a failure names the (batch, position) rows
-    that differ and by how much."""
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    close = close_entries(actual, expected)
-    if bool(close.all()):
-        return
-    rows = (~close).flatten(2).any(-1) if actual.dim() > 2 else ~close  # (B, T)
-    diff = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf")).max().item()
-    raise AssertionError(
-        f"{what}: rows (batch, position) {torch.nonzero(rows).tolist()[:8]} differ, max |diff| = {diff:.3e}"
-    )
-
-
-def reach(windows: tuple[int | None, ...]) -> int | None:
-    """How far back an output sees through layers with these windows (None: the whole prefix)."""
-    if any(w is None for w in windows):
-        return None
-    return sum(w - 1 for w in windows)
+    """Where an output did not change: bitwise, or within the bound of its dtype, depth and width for a
+    module whose kernels round a row differently when other rows change (rows_round_together)."""
+    return ~relations.changed(actual, expected, TARGET)
 
 
 # --- MOD-1: causality -------------------------------------------------------------------------------
@@ -131,11 +121,15 @@ def test_later_tokens_change_no_earlier_output(case, data, device):
     t = data.draw(st.integers(0, case.seq - 2), label="last kept")
     changed = x.clone()
     changed[:, t + 1 :] = other_values(x[:, t + 1 :], case.seed + 1)
-    out, out_changed = run(x, case.dtype), run(changed, case.dtype)
     what = f"outputs 0..{t} after tokens {t + 1}..{case.seq - 1} changed ({case})"
     if TARGET.rows_round_together:
-        assert_same_rows(out_changed[:, : t + 1], out[:, : t + 1], what)
+
+        def runs(dtype):
+            return run(at(changed, dtype), dtype)[:, : t + 1], run(at(x, dtype), dtype)[:, : t + 1]
+
+        assert_same_rows(runs, case.dtype, what)
     else:
+        out, out_changed = run(x, case.dtype), run(changed, case.dtype)
         assert_exactly_equal(out_changed[:, : t + 1], out[:, : t + 1], what)
 
 
@@ -148,11 +142,11 @@ def test_later_tokens_change_no_earlier_output(case, data, device):
 def test_a_prefix_alone_gives_the_first_rows(case, data, device):
     x = case.make(device)
     t = data.draw(st.integers(1, case.seq - 1), label="prefix")
-    assert_same_rows(
-        run(x[:, :t].contiguous(), case.dtype),
-        run(x, case.dtype)[:, :t],
-        f"the first {t} of {case.seq} tokens alone ({case})",
-    )
+
+    def runs(dtype):
+        return run(at(x[:, :t].contiguous(), dtype), dtype), run(at(x, dtype), dtype)[:, :t]
+
+    assert_same_rows(runs, case.dtype, f"the first {t} of {case.seq} tokens alone ({case})")
 
 
 # --- MOD-3: batch independence, shape, dtype, device ------------------------------------------------
@@ -162,7 +156,8 @@ def test_a_prefix_alone_gives_the_first_rows(case, data, device):
 @given(case=module_cases())
 def test_each_sequence_alone_gives_its_rows_of_the_batch(case, device):
     x = case.make(device)
-    out = run(x, case.dtype)
+    batch = functools.cache(lambda dtype: run(at(x, dtype), dtype))
+    out = batch(case.dtype)
     assert isinstance(out, torch.Tensor), f"the module returned a {type(out).__name__}, not a tensor"
     shape = output_shape(x)
     assert tuple(out.shape) == shape, (
@@ -171,8 +166,11 @@ def test_each_sequence_alone_gives_its_rows_of_the_batch(case, device):
     assert out.dtype == case.dtype, f"output dtype {out.dtype} for a module in {case.dtype}"
     assert out.device == x.device, f"output on {out.device} for an input on {x.device}"
     for b in range(case.batch):
-        alone = run(x[b : b + 1].contiguous(), case.dtype)
-        assert_same_rows(alone, out[b : b + 1], f"sequence {b} alone vs its rows of the batch ({case})")
+
+        def runs(dtype, b=b):
+            return run(at(x[b : b + 1].contiguous(), dtype), dtype), batch(dtype)[b : b + 1]
+
+        assert_same_rows(runs, case.dtype, f"sequence {b} alone vs its rows of the batch ({case})")
 
 
 @pytest.mark.req("MOD-3")
@@ -208,48 +206,56 @@ def test_two_calls_in_eval_mode_agree_bitwise(case, device):
     )
 
 
-# --- MOD-5: the receptive field of declared windows -------------------------------------------------
+# --- MOD-5: the receptive field of the declared schedule ------------------------------------------
+
+
+def reached(kinds, seq: int) -> torch.Tensor:
+    """(T, T) bool: which inputs each output depends on through layers of these kinds (specs.mods.reach of
+    their masks)."""
+    return reach([mask_values(kind.mask_mod(), 1, 1, seq, seq)[0, 0] for kind in kinds])
 
 
 @pytest.mark.req("MOD-5")
-@pytest.mark.law("causal")
 @given(case=module_cases(min_seq=2, max_seq=LONGEST + 4), data=st.data())
 def test_each_output_depends_on_exactly_its_declared_inputs(case, data, device):
     """Through the last layer, or through every layer when the module returns each one's output
-    ("hidden_states"): layer l's output i sees inputs i - sum_(m <= l) (W_m - 1) .. i, so a window on
+    ("hidden_states"): layer l's output i sees the inputs its position reaches through the masks of
+    layers 0..l (for windows, i - sum_(m <= l) (W_m - 1) .. i), so a window, a chunk or a local window on
     the wrong layers shows even where the stack's field, the whole prefix, does not."""
-    if not TARGET.windows:
-        pytest.skip(f"--impl {TARGET.name} declares no windows per layer (OBJ.windows = (W_0, W_1, ...))")
+    if not TARGET.schedule:
+        pytest.skip(
+            f"--impl {TARGET.name} declares no schedule of its layers (OBJ.schedule = (LayerKind(...), ...), "
+            "or OBJ.windows = (W_0, W_1, ...))"
+        )
     x = case.make(device)
     j = data.draw(st.integers(0, case.seq - 1), label="changed input")
     changed = x.clone()
     changed[:, j] = other_values(x[:, j], case.seed + 2)
-    layers = list(range(len(TARGET.windows))) if TARGET.supports("hidden_states") else [None]
+    layers = list(range(len(TARGET.schedule))) if TARGET.supports("hidden_states") else [None]
     before, after = layer_outputs(x, case.dtype), layer_outputs(changed, case.dtype)
     for layer in layers:
         out, out_changed = (before[-1], after[-1]) if layer is None else (before[layer], after[layer])
-        windows = TARGET.windows if layer is None else TARGET.windows[: layer + 1]
+        kinds = TARGET.schedule if layer is None else TARGET.schedule[: layer + 1]
         moved = (~unchanged(out_changed, out)).flatten(2).any(-1).any(0)  # (T,): which outputs changed
-        back = reach(windows)
-        expected = [j <= i and (back is None or i - back <= j) for i in range(case.seq)]
+        expected = reached(kinds, case.seq)[:, j].tolist()
         if any(bool(moved[i]) != expected[i] for i in range(case.seq)):
             whose = "outputs" if layer is None else f"layer {layer}'s outputs"
-            field = "the whole prefix" if back is None else f"inputs i-{back}..i"
+            said = ", ".join(str(kind) for kind in kinds)
+            found = torch.nonzero(moved).flatten().tolist()
             raise AssertionError(
-                f"changing input {j} changed {whose} {torch.nonzero(moved).flatten().tolist()}; with windows "
-                f"{windows} output i sees {field}, so {whose} {[i for i, e in enumerate(expected) if e]} "
-                f"should change and no other ({case})"
+                f"changing input {j} changed {whose} {found}; through layers of kinds ({said}) {whose} "
+                f"{[i for i, e in enumerate(expected) if e]} depend on it and no other ({case})"
             )
 
 
 def layer_outputs(x: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-    """Each layer's output (hidden_states), one per declared window, or the module's output alone."""
+    """Each layer's output (hidden_states), one per declared layer, or the module's output alone."""
     if not TARGET.supports("hidden_states"):
         return [run(x, dtype)]
     with torch.no_grad():
         outputs = list(TARGET.module_method("hidden_states", dtype, x.device)(x))
-    assert len(outputs) == len(TARGET.windows), (
-        f"hidden_states returned {len(outputs)} layer outputs for the {len(TARGET.windows)} declared windows"
+    assert len(outputs) == len(TARGET.schedule), (
+        f"hidden_states returned {len(outputs)} layer outputs for the {len(TARGET.schedule)} declared layers"
     )
     return outputs
 
@@ -288,9 +294,9 @@ def chunkings(draw: st.DrawFn, seq: int) -> list[int]:
 
 
 def windowed_longest() -> int:
-    """Sequences long enough to wrap every windowed layer's cache at least once (twice its window and
-    more), within the declared maximum length."""
-    widest = max((w for w in TARGET.windows if w is not None), default=0)
+    """Sequences long enough to wrap every windowed layer's cache at least once, and to cross every
+    chunk's boundary (twice its window or chunk and more), within the declared maximum length."""
+    widest = max((kind.size for kind in TARGET.schedule if kind.mask in ("window", "chunk")), default=0)
     return max(LONGEST, 2 * widest + 2)
 
 
@@ -301,12 +307,18 @@ def windowed_longest() -> int:
 def test_decoding_in_chunks_equals_the_full_pass(case, data, device):
     x = case.make(device)
     chunks = data.draw(chunkings(case.seq), label="chunks")
-    with torch.no_grad():
-        decoded = TARGET.module_method("decode", case.dtype, device)(x, chunks)
+
+    @functools.cache
+    def runs(dtype):
+        with torch.no_grad():
+            decoded = TARGET.module_method("decode", dtype, device)(at(x, dtype), chunks)
+        return decoded, run(at(x, dtype), dtype)
+
     what = f"decoding in chunks {chunks} vs the full pass ({case})"
     try:
-        assert_same_rows(decoded, run(x, case.dtype), what)
+        assert_same_rows(runs, case.dtype, what)
     except AssertionError as failure:
+        decoded = runs(case.dtype)[0]
         ignored = cache_ignored(decoded, x, chunks, lambda chunk, start: run(chunk, case.dtype), "the module")
         if ignored is None:
             raise
@@ -327,7 +339,11 @@ def test_without_positions_the_order_of_the_past_does_not_matter(case, data, dev
     shuffled = x.clone()
     shuffled[:, :i] = x[:, list(order)]
     what = f"output {i} after tokens 0..{i - 1} were put in the order {list(order)} ({case})"
-    assert_same_rows(run(shuffled, case.dtype)[:, i : i + 1], run(x, case.dtype)[:, i : i + 1], what)
+
+    def runs(dtype):
+        return run(at(shuffled, dtype), dtype)[:, i : i + 1], run(at(x, dtype), dtype)[:, i : i + 1]
+
+    assert_same_rows(runs, case.dtype, what)
 
 
 @pytest.mark.req("MOD-12")
@@ -358,7 +374,11 @@ def test_without_positions_or_a_mask_permuting_the_tokens_permutes_the_outputs(c
     x = case.make(device)
     order = list(data.draw(st.permutations(range(case.seq)), label="order of the tokens"))
     what = f"outputs of the tokens put in the order {order} vs the outputs put in that order ({case})"
-    assert_same_rows(run(x[:, order], case.dtype), run(x, case.dtype)[:, order], what)
+
+    def runs(dtype):
+        return run(at(x[:, order], dtype), dtype), run(at(x, dtype), dtype)[:, order]
+
+    assert_same_rows(runs, case.dtype, what)
 
 
 # --- MOD-9, MOD-10: padding -------------------------------------------------------------------------
@@ -407,11 +427,15 @@ def padded_cases(draw: st.DrawFn, sides=("left", "right"), max_seq: int = LONGES
 def test_a_padded_batch_gives_each_sequence_its_own_outputs(case, device):
     """Positions included: a left-padded sequence's first real token is at position 0, as alone."""
     padded, mask, alone = case.make(device)
-    out = run(padded, case.dtype, attention_mask=mask)
+    batch = functools.cache(lambda dtype: run(at(padded, dtype), dtype, attention_mask=mask))
     for b, sequence in enumerate(alone):
         what = f"sequence {b} ({case.lengths[b]} tokens, {case.side}-padded to {padded.shape[1]}) vs alone"
         what += f" ({case})"
-        assert_same_rows(out[b : b + 1, case.real(b)], run(sequence, case.dtype), what)
+
+        def runs(dtype, b=b, sequence=sequence):
+            return batch(dtype)[b : b + 1, case.real(b)], run(at(sequence, dtype), dtype)
+
+        assert_same_rows(runs, case.dtype, what)
 
 
 @pytest.mark.req("MOD-10")
@@ -426,9 +450,72 @@ def test_a_left_padded_batch_decodes_as_each_sequence_alone(case, data, device):
     seq, pads = padded.shape[1], padded.shape[1] - min(case.lengths)
     prompt = data.draw(st.integers(max(1, pads), seq), label="prompt")
     chunks = [prompt, *data.draw(chunkings(seq - prompt), label="chunks after the prompt")]
-    with torch.no_grad():
-        decoded = TARGET.module_method("decode", case.dtype, device)(padded, chunks, attention_mask=mask)
+    @functools.cache
+    def decoded(dtype):
+        with torch.no_grad():
+            decode = TARGET.module_method("decode", dtype, device)
+            return decode(at(padded, dtype), chunks, attention_mask=mask)
+
     for b, sequence in enumerate(alone):
         what = f"sequence {b} ({case.lengths[b]} tokens, left-padded) decoded in chunks {chunks} vs alone"
         what += f" ({case})"
-        assert_same_rows(decoded[b : b + 1, case.real(b)], run(sequence, case.dtype), what)
+
+        def runs(dtype, b=b, sequence=sequence):
+            return decoded(dtype)[b : b + 1, case.real(b)], run(at(sequence, dtype), dtype)
+
+        assert_same_rows(runs, case.dtype, what)
+
+
+# --- MOD-13: the module's own layers, each of its declared kind --------------------------------------
+
+
+def declared_kinds(count: int) -> tuple[LayerKind, ...]:
+    """Each layer's kind: the schedule's, else causal layers (or an encoder's bidirectional ones), their
+    positions as each layer reports them."""
+    if TARGET.schedule:
+        return TARGET.schedule
+    mask = "causal" if TARGET.mask_mod is None else "bidirectional"
+    return (LayerKind(mask, rope=None),) * count
+
+
+def run_keywords(run: LayerRun, kind: LayerKind) -> dict:
+    """attention_layer_oracle's keywords for one of the module's own layers as ``kind``: its reported
+    parameters, the kind's mask, RoPE as the kind declares (else as the layer reports) at the kind's base
+    (else the layer's), the target's declared score_mod (or the layer's own)."""
+    run.layer.check_reports(LayerSpec(run.input.shape[-1], run.n_heads, run.n_kv_heads, run.head_dim))
+    score_mod, mask_mod = kit_mods(TARGET, run.n_heads, run.n_kv_heads, run.layer.score_mod)
+    reported = run.layer.reported()
+    if kind.rope is not None:
+        reported["rope"] = kind.rope
+    return {
+        "score_mod": score_mod,
+        "mask_mod": mask_mod if kind.mask in ("causal", "window") else kind.mask_mod(),
+        **reported,
+        "n_heads": run.n_heads,
+        "n_kv_heads": run.n_kv_heads,
+        "head_dim": run.head_dim,
+        "window": kind.window,
+        "base": run.base if kind.base is None else kind.base,
+        "offset": 0,
+    }
+
+
+@pytest.mark.req("MOD-13")
+@pytest.mark.needs("layer_runs")
+@given(case=module_cases(min_seq=2, max_seq=windowed_longest()))
+def test_each_of_the_modules_own_layers_is_the_oracle_layer_of_its_kind(case, device):
+    """The module's own layers, as its forward runs them (their inputs, masks and rotary tables the
+    module's own), each against the oracle layer built from its parameters as the kind its schedule
+    declares: a layer handed another kind's mask or RoPE table, or a schedule that misstates the model,
+    shows here where the white box, built as each kind on its own, cannot see it."""
+    x = case.make(device)
+    with torch.no_grad():
+        runs = kit_runs(TARGET, TARGET.module_method("layer_runs", case.dtype, device)(x))
+    kinds = declared_kinds(len(runs))
+    assert len(runs) == len(kinds), f"layer_runs reported {len(runs)} layers for the {len(kinds)} declared"
+    for i, (run, kind) in enumerate(zip(runs, kinds, strict=True)):
+        keywords = run_keywords(run, kind)
+        golden = attention_layer_oracle(run.input, **keywords)
+        ref_lowp = attention_layer_oracle(run.input, **keywords, dtype=case.dtype, angles_in_dtype=True)
+        what = f"the module's layer {i} ({kind}) vs the oracle layer of its kind ({case})"
+        assert_layer_golden(run.output, golden, ref_lowp, what, run.input, **keywords)

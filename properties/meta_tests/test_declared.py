@@ -57,6 +57,22 @@ def test_interleaved_rope_declared_is_the_half_split_rope():
     torch.testing.assert_close(rope(x, at, 10000.0), rope_oracle(x, positions))
 
 
+def test_partial_interleaved_rope_declared_is_the_half_split_rope_of_the_rotated_share():
+    # GPT-J: pairs (x_2i, x_2i+1) within the first rotary_dim features, the rest untouched
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    positions, at = [0, 3, 7, 11, 40], torch.tensor([0, 3, 7, 11, 40])
+
+    def gptj_rope(x, positions, base=10000.0):
+        rotated = broken_targets.interleaved_rope(x[..., :4], positions, base)
+        return torch.cat([rotated, x[..., 4:]], dim=-1)
+
+    target = replace(broken_targets.INTERLEAVED_ROPE, rope=gptj_rope, rotary_pct=0.5)
+    golden = rope_oracle(x, positions, rotary_dim=4)
+    assert not torch.allclose(gptj_rope(x, at), golden)
+    torch.testing.assert_close(declaring(target, "rope-interleaved").rope(x, at, 10000.0), golden)
+    assert declared.half_split_order(8, 4) == [0, 2, 1, 3, 4, 5, 6, 7]
+
+
 def test_an_interleaved_layer_declared_reports_parameters_of_the_half_split_oracle():
     spec = LayerSpec(d_model=8, n_heads=2, n_kv_heads=1, head_dim=4, seed=3, dtype=torch.float64)
     layer = declaring(broken_targets.INTERLEAVED_ROPE, "rope-interleaved").layer(spec)

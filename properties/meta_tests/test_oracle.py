@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from attnspec.specs import REQUIREMENTS, load_requirements
+from attnspec.specs import REQUIREMENTS, load_requirements, mods
+from attnspec.specs.mods import mask_values
 from attnspec.specs.oracle import (
     attention_grad_oracle,
     attention_layer_oracle,
@@ -80,6 +81,50 @@ def test_qk_norm_gives_every_head_its_gain_as_root_mean_square_before_the_rotati
     assert torch.allclose(k.pow(2).mean(-1), torch.full((1, 2, 5), 4.0, dtype=torch.float64))
     plain, _, _ = layer_qkv_oracle(x, **weights, n_heads=2, n_kv_heads=2, head_dim=d, offset=3)
     assert not torch.allclose(plain.pow(2).mean(-1), torch.ones(1, 2, 5, dtype=torch.float64))
+
+
+def test_qk_norm_forms_normalise_what_each_family_normalises():
+    # per head with a gain per head (StableLM's LayerNorm per head: each head centred, its own gain and
+    # bias), over the whole width (OLMo 2: one RMS over all heads' features), each by hand
+    torch.manual_seed(2)
+    x, d, heads = torch.randn(2, 5, 8, dtype=torch.float64), 4, 2
+    weights = {name: torch.randn(8, 8, dtype=torch.float64) for name in ("wq", "wk", "wv")}
+    sizes = dict(n_heads=heads, n_kv_heads=heads, head_dim=d, rope=False, eps=1e-6)
+    plain, _, _ = layer_qkv_oracle(x, **weights, **sizes)
+    gain, bias = torch.randn(heads, d, dtype=torch.float64), torch.randn(heads, d, dtype=torch.float64)
+    per_head, _, _ = layer_qkv_oracle(
+        x, **weights, **sizes, q_norm=gain, k_norm=gain, q_norm_bias=bias, k_norm_bias=bias, qk_norm="layer"
+    )
+    for h in range(heads):
+        assert torch.allclose(per_head[:, h], layer_norm_oracle(plain[:, h], gain[h], bias[h], 1e-6))
+    width_gain = torch.randn(heads * d, dtype=torch.float64)
+    whole, _, _ = layer_qkv_oracle(
+        x, **weights, **sizes, q_norm=width_gain, k_norm=width_gain, qk_norm_over="width"
+    )
+    flat = plain.transpose(1, 2).reshape(2, 5, heads * d)
+    expected = rms_norm_oracle(flat, width_gain, 1e-6).reshape(2, 5, heads, d).transpose(1, 2)
+    assert torch.allclose(whole, expected)
+    shared = rms_norm_oracle(plain, width_gain[:d], 1e-6)  # per head, one gain: not the width's norm
+    assert not torch.allclose(whole, layer_qkv_oracle(x, **weights, **sizes, q_norm=width_gain[:d])[0])
+    assert torch.allclose(layer_qkv_oracle(x, **weights, **sizes, q_norm=width_gain[:d])[0], shared)
+
+
+def test_the_masks_of_a_schedule_and_what_a_stack_of_them_reaches():
+    grid = dict(batch=1, n_heads=1, tq=6, tk=6)
+
+    def seen(mod):
+        return mask_values(mod, *grid.values())[0, 0]
+
+    assert seen(mods.chunked(3))[4].tolist() == [False, False, False, True, True, False]
+    assert seen(mods.shifted(mods.chunked(3), 1))[2].tolist() == [False, False, True, False, False, False]
+    assert seen(mods.local(1))[2].tolist() == [False, True, True, True, False, False]
+    assert torch.equal(seen(mods.sliding_window(2)), mask_oracle(6, 6, window=2))
+    # two windows of 2 keys reach 2 back; a chunk of 3 then a window of 2 reach across the chunk's edge
+    two_windows = mods.reach([seen(mods.sliding_window(2))] * 2)
+    assert two_windows[5].tolist() == [False, False, False, True, True, True]
+    chunk_then_window = mods.reach([seen(mods.chunked(3)), seen(mods.sliding_window(2))])
+    assert chunk_then_window[3].tolist() == [True, True, True, True, False, False]
+    assert bool(mods.reach([seen(mods.local(1)), seen(mods.bidirectional)]).all())
 
 
 def test_partial_rotary_rotates_the_first_features_as_a_head_of_that_size_and_passes_the_rest():
