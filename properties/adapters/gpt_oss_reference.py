@@ -65,7 +65,7 @@ def layer(spec: LayerSpec) -> Layer:
         rope_scaling_factor=1.0,
     )
     block = model.AttentionBlock(config, layer_idx=0 if spec.window else 1, device=spec.device)
-    randomize_(block, spec.seed).to(spec.dtype)
+    randomize_(block, spec).to(spec.dtype)
     if not spec.sinks:
         block.sinks.data.fill_(-math.inf)
 

@@ -54,8 +54,23 @@ from transformers.models.qwen3 import modeling_qwen3
 
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.layouts import per_head_fused_projections, pre_norm
-from attnspec.properties.targets import Layer, LayerSpec, Target
+from attnspec.properties.targets import Layer, LayerKind, LayerSpec, Target
 from attnspec.specs.mods import alibi, alibi_slopes, bidirectional, soft_cap
+
+
+def mask_function(window: int | None, kind: LayerKind | None = None):
+    """transformers' own mask function of a layer: causal or a sliding window (``window``), or the mask of
+    ``kind`` (chunked, bidirectional, a bidirectional local window)."""
+    mask = kind.mask if kind is not None else "causal"
+    if mask in ("causal", "window"):
+        if window is None:
+            return masking_utils.causal_mask_function
+        return masking_utils.sliding_window_causal_mask_function(window)
+    if mask == "chunk":
+        return masking_utils.chunked_causal_mask_function(kind.size, torch.zeros(1, dtype=torch.long))
+    if mask == "local":
+        return masking_utils.sliding_window_bidirectional_mask_function(kind.size)
+    return masking_utils.bidirectional_mask_function
 
 
 def hf_mask(
@@ -66,14 +81,13 @@ def hf_mask(
     device,
     q_offset: int | None = None,
     kv_offset: int = 0,
+    kind: LayerKind | None = None,
 ) -> torch.Tensor:
     """Additive (tq, tk) mask made by transformers' own eager_mask from its mask functions: queries
     at positions q_offset.. (by default tk-tq..: bottom-right, as a KV cache puts them), keys at
-    kv_offset.. (a sliding-window cache that dropped old keys starts later)."""
-    if window is None:
-        allowed_at = masking_utils.causal_mask_function
-    else:
-        allowed_at = masking_utils.sliding_window_causal_mask_function(window)
+    kv_offset.. (a sliding-window cache that dropped old keys starts later); causal, windowed or the
+    mask of a layer ``kind`` (mask_function)."""
+    allowed_at = mask_function(window, kind)
     mask = masking_utils.eager_mask(
         batch_size=1,
         q_length=tq,
@@ -87,12 +101,38 @@ def hf_mask(
     return mask[0, 0]
 
 
-def mask_sources(window: bool) -> str:
-    """The functions of transformers.masking_utils that hf_mask runs for a family."""
+def mask_sources(window: bool, kinds: tuple[str, ...] = ()) -> str:
+    """The functions of transformers.masking_utils that hf_mask runs for a family (``kinds``: the masks
+    of the layer kinds it builds beside causal and windowed ones)."""
     functions = ["causal_mask_function", "sdpa_mask", "eager_mask"]
+    if window or kinds:
+        functions += ["and_masks"]
     if window:
-        functions += ["sliding_window_overlay", "sliding_window_causal_mask_function", "and_masks"]
+        functions += ["sliding_window_overlay", "sliding_window_causal_mask_function"]
+    if "chunk" in kinds:
+        functions += ["chunked_overlay", "chunked_causal_mask_function"]
+    if "local" in kinds:
+        functions += ["sliding_window_bidirectional_overlay", "sliding_window_bidirectional_mask_function"]
+    if "local" in kinds or "bidirectional" in kinds:
+        functions += ["bidirectional_mask_function"]
     return "transformers.masking_utils:" + ",".join(functions)
+
+
+# Each family's white box as eager_target was given it, by its target's name: how the family's decoder
+# layer is built and reported, which the whole model's adapter reads to report the model's own attention
+# layers the same way (hf_models.CausalLM.layer_runs).
+PARTS: dict[str, SimpleNamespace] = {}
+# What a decoder layer reports around its attention module: the module alone takes the normed input and
+# returns its output before any residual or norm after it.
+AROUND_THE_ATTENTION = ("norm_weight", "norm_bias", "norm", "post_norm", "norm_at", "residual")
+
+
+def attention_report(decoder, module, config, family) -> dict:
+    """What one attention module of a decoder layer of ``family`` reports (the Layer fields of its
+    white box, the norms and residual around the module left out), its sinks where it has them."""
+    parts = getattr(family, "reported", llama_parts)(decoder, module, config)
+    report = {name: value for name, value in parts.items() if name not in AROUND_THE_ATTENTION}
+    return report | ({"sinks": module.sinks} if hasattr(module, "sinks") else {})
 
 
 def eager_target(name: str, family, capabilities: set[str], without: frozenset[str] = frozenset()) -> Target:
@@ -101,6 +141,7 @@ def eager_target(name: str, family, capabilities: set[str], without: frozenset[s
     (``family.softcap``) declares it as its score_mod, and its core applies it."""
     softcap = getattr(family, "softcap", None)
     capped = {} if softcap is None else {"softcap": softcap}
+    PARTS[name] = family
 
     def attention(q, k, v, *, causal=True, window=None, sinks=None, scale=None, return_weights=False):
         module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], training=False)
@@ -116,10 +157,10 @@ def eager_target(name: str, family, capabilities: set[str], without: frozenset[s
         config = family.config(spec)
         config._attn_implementation = "eager"
         decoder = family.decoder(config, layer_idx=0)
-        randomize_(decoder, spec.seed).to(spec.device, spec.dtype).eval()
+        randomize_(decoder, spec).to(spec.device, spec.dtype).eval()
         silence = getattr(family, "silence", ("down_proj",))
         with torch.no_grad():  # the MLP adds exactly 0: the layer is x + attn(norm(x)), as the oracle's
-            for name, parameter in decoder.mlp.named_parameters():
+            for name, parameter in getattr(decoder, getattr(family, "mlp_name", "mlp")).named_parameters():
                 if any(part in name for part in silence):
                     parameter.zero_()
         module = getattr(decoder, getattr(family, "attention_name", "self_attn"))
@@ -131,8 +172,8 @@ def eager_target(name: str, family, capabilities: set[str], without: frozenset[s
         def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
             batch, seq, _ = x.shape
             positions = torch.arange(offset, offset + seq, device=x.device).expand(batch, seq)
-            mask = hf_mask(seq, seq, spec.window, x.dtype, x.device)[None, None]
-            return decoder(x, attention_mask=mask, position_embeddings=rotary(x, positions))
+            mask = hf_mask(seq, seq, spec.window, x.dtype, x.device, offset, offset, spec.kind)
+            return decoder(x, attention_mask=mask[None, None], position_embeddings=rotary(x, positions))
 
         def decode(x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
             """Chunk by chunk through transformers' DynamicCache (a sliding-window layer's cache keeps
@@ -147,7 +188,8 @@ def eager_target(name: str, family, capabilities: set[str], without: frozenset[s
             for size in chunks:
                 piece = x[:, start : start + size]
                 kv_length, kv_offset = cache.get_mask_sizes(size, 0)
-                mask = hf_mask(size, kv_length, spec.window, x.dtype, x.device, start, kv_offset)[None, None]
+                mask = hf_mask(size, kv_length, spec.window, x.dtype, x.device, start, kv_offset, spec.kind)
+                mask = mask[None, None]
                 positions = torch.arange(start, start + size, device=x.device).expand(x.shape[0], size)
                 embeddings = rotary(piece, positions)
                 kwargs = {cache_keyword: cache}
@@ -380,11 +422,14 @@ GPTNEOX = eager_target(
 )
 
 
-def bert_layer(spec: LayerSpec) -> Layer:
+def bert_layer(
+    spec: LayerSpec, config_class=BertConfig, attention_class=modeling_bert.BertAttention
+) -> Layer:
     """BERT's attention sublayer (BertAttention: self-attention, then BertSelfOutput's
     LayerNorm(x + dense(attn))): post-norm, biases everywhere, no positions (they are added to the
-    embeddings), every token seeing every other."""
-    config = BertConfig(
+    embeddings), every token seeing every other.  A family that ships BERT's sublayer as its own
+    (RoBERTa's RobertaAttention) passes its config and attention classes."""
+    config = config_class(
         hidden_size=spec.d_model,
         num_attention_heads=spec.n_heads,
         num_hidden_layers=1,
@@ -394,7 +439,7 @@ def bert_layer(spec: LayerSpec) -> Layer:
         hidden_dropout_prob=0.1,
     )
     config._attn_implementation = "eager"
-    module = randomize_(modeling_bert.BertAttention(config), spec.seed).to(spec.device, spec.dtype).eval()
+    module = randomize_(attention_class(config), spec).to(spec.device, spec.dtype).eval()
 
     def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
         return module(x)[0]
@@ -452,7 +497,7 @@ def bloom_layer(spec: LayerSpec) -> Layer:
         hidden_dropout=0.1,
     )
     config._attn_implementation = "eager"
-    block = randomize_(modeling_bloom.BloomBlock(config, layer_idx=0), spec.seed).to(spec.device, spec.dtype)
+    block = randomize_(modeling_bloom.BloomBlock(config, layer_idx=0), spec).to(spec.device, spec.dtype)
     block.eval()
     with torch.no_grad():
         block.mlp.dense_4h_to_h.weight.zero_()

@@ -4,7 +4,8 @@ Each target is one family's ``*ForCausalLM`` (Llama; Mistral, a sliding window o
 window on some layers; Qwen3, the same with q/k norm; GptOss, alternating windowed and full layers,
 with sinks; GPT-NeoX, partial rotary and a parallel residual; Gemma 2, soft-capping, sandwich norms and
 alternating windows; BLOOM, ALiBi) or BERT's ``BertForMaskedLM``, a bidirectional encoder declared with
-an all-visible mask_mod, built from a tiny config with random weights, nothing downloaded, eager
+an all-visible mask_mod, built from a small config with random weights at the sizes people build (hidden
+64, heads of 16, a vocabulary of 128, 3 layers: REALISTIC), nothing downloaded, eager
 attention, in eval mode: tokens (B, T) -> logits (B, T, V), with the family's layer as the white box
 where the kit has one. Every plumbing step between the model and its attention is the library's own:
 the model builds its masks (``create_causal_mask``, ``create_sliding_window_causal_mask``,
@@ -30,7 +31,8 @@ What the kit adds is what a user's code or ``generate`` does:
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -58,22 +60,27 @@ from transformers import (
 
 from attnspec.properties.adapters import hf_eager
 from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.targets import Target
+from attnspec.properties.targets import Layer, LayerKind, LayerRun, Target
 from attnspec.specs.mods import bidirectional
 
 WINDOW = 3  # small: the properties' sequences wrap every windowed layer's cache
-SIZES = dict(
-    vocab_size=61,
-    hidden_size=16,
-    intermediate_size=24,
+# The sizes people build a small model at, where float32's rounding is no longer hidden by tiny widths
+# (hidden 16 and a vocabulary of 61 hid it: correct models at these sizes failed a fixed tolerance).
+REALISTIC = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
     num_hidden_layers=3,
     num_attention_heads=4,
     num_key_value_heads=2,
-    head_dim=4,
+    head_dim=16,
     max_position_embeddings=64,
     tie_word_embeddings=False,
     attention_dropout=0.1,  # on in training: eval mode must switch it off (F21)
 )
+# configs whose default special tokens lie past a small vocabulary (SmolLM3's 128004) leave them unset
+NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+SIZES = REALISTIC  # every family is built at them
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,11 @@ class Family:
     extra: dict  # the family's own settings (over SIZES)
     layer: Target | None  # the family's decoder layer (hf_eager): the model's white box, if the kit has one
     encoder: bool = False  # bidirectional: every token sees every other, no cache
+    # each layer's kind as the config lays them out (LayerKind: mask and positions), where the family has
+    # more than causal and windowed layers; None: its windows alone (windows_of)
+    schedule: Callable[[object], tuple[LayerKind, ...]] | None = None
+    sizes: dict = field(default_factory=lambda: SIZES)  # the sizes it is built at (its extra over them)
+    wrapper: type | None = None  # an encoder's model target (MaskedLM by default, or a subclass of it)
 
 
 FAMILIES = {
@@ -123,18 +135,25 @@ FAMILIES = {
         GptOssConfig,
         GptOssForCausalLM,
         "transformers.models.gpt_oss.modeling_gpt_oss",
-        {"sliding_window": WINDOW, "num_local_experts": 4, "num_experts_per_tok": 2},
+        # RoPE without its shipped YaRN scaling (which rescales the angles and cos/sin: no RoPE of the
+        # kit's), at its base, so that its own layers are the white box's (MOD-13)
+        {
+            "sliding_window": WINDOW,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0},
+        },
         hf_eager.GPTOSS,
     ),
     # rotary on a quarter of each head (the config's default partial_rotary_factor 0.25), attention and
     # MLP in parallel from the same input (use_parallel_residual), a fused query_key_value projection,
-    # LayerNorm; heads of 8 features so that the rotated quarter is a pair
+    # LayerNorm; heads of 16 features, whose rotated quarter is two pairs
     "gptneox": Family(
         "GPTNeoX",
         GPTNeoXConfig,
         GPTNeoXForCausalLM,
         "transformers.models.gpt_neox.modeling_gpt_neox",
-        {"hidden_size": 32},
+        {},
         hf_eager.GPTNEOX,
     ),
     # soft-capped attention logits (attn_logit_softcapping 50) and final logits (30), windowed and full
@@ -167,7 +186,7 @@ FAMILIES = {
 
 
 def build(family: Family, seed: int = 0) -> nn.Module:
-    config = family.config(**{**SIZES, **family.extra})
+    config = family.config(**{**family.sizes, **family.extra})
     config._attn_implementation = "eager"
     return randomize_(family.model(config), seed).eval()  # every parameter drawn from the seed
 
@@ -183,11 +202,13 @@ def windows_of(config) -> tuple[int | None, ...]:
 
 
 class CausalLM(nn.Module):
-    """A *ForCausalLM as a model target: tokens -> logits, decode and hidden states (module docstring)."""
+    """A *ForCausalLM as a model target: tokens -> logits, decode and hidden states (module docstring);
+    with ``parts`` (its family's white box, hf_eager.PARTS), its own attention layers as it runs them."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, parts=None) -> None:
         super().__init__()
         self.model = model
+        self.parts = parts
         self.vocab_size = model.config.vocab_size
         self.windows = windows_of(model.config)
         # ALiBi (BLOOM) takes no position ids: its bias counts from the padding mask
@@ -210,6 +231,10 @@ class CausalLM(nn.Module):
     def hidden_states(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         states = self.model(input_ids=tokens, use_cache=False, output_hidden_states=True).hidden_states
         return list(states[1:])  # the embeddings first, then each decoder layer's output
+
+    def layer_runs(self, tokens: torch.Tensor) -> list[LayerRun]:
+        """Each decoder layer's attention module as the model's forward runs it (own_layer_runs)."""
+        return own_layer_runs(self.model, self.parts, lambda: self.model(input_ids=tokens, use_cache=False))
 
     def decode(self, tokens: torch.Tensor, chunks: list[int], attention_mask: torch.Tensor | None = None):
         cache = DynamicCache(config=self.model.config)
@@ -237,15 +262,60 @@ class CausalLM(nn.Module):
         return torch.cat(outputs, dim=1)
 
 
+def own_layer_runs(model: nn.Module, parts, run: Callable[[], object]) -> list[LayerRun]:
+    """Each layer's attention module of ``model`` as ``run`` (a call of the model) runs it: its input (the
+    normed hidden state), its output (before the residual and any norm after it), the mask and rotary
+    table the model hands it, and what it reports (its family's white box, ``parts`` of hf_eager.PARTS,
+    around-the-attention parts left out); its RoPE base the config's for the layer's type."""
+    # the library's layer class (a white box may build a subclass of it)
+    library = next(c for c in parts.decoder.__mro__ if c.__module__.startswith("transformers."))
+    layers = [part for part in model.modules() if isinstance(part, library)]
+    name = getattr(parts, "attention_name", "self_attn")
+    captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def capture(module, args, kwargs, output) -> None:
+        x = args[0] if args else kwargs["hidden_states"]
+        captured.append((x, output[0] if isinstance(output, tuple) else output))
+
+    hooks = [getattr(layer, name).register_forward_hook(capture, with_kwargs=True) for layer in layers]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    config, runs = model.config, []
+    for layer, (x, out) in zip(layers, captured, strict=True):
+        module = getattr(layer, name)
+        report = hf_eager.attention_report(layer, module, config, parts)
+        head_dim = getattr(module, "head_dim", None) or module.head_size
+        sizes = (report["wq"].shape[0] // head_dim, report["wk"].shape[0] // head_dim, head_dim)
+        runs.append(LayerRun(x, out, Layer(None, **report), *sizes, rope_base(config, layer)))
+    return runs
+
+
+def rope_base(config, decoder) -> float:
+    """The RoPE base of a decoder layer: the config's, or the one of the layer's type where each type has
+    its own (Gemma 3's sliding and full layers)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    if "rope_theta" not in parameters:
+        parameters = parameters.get(getattr(decoder, "attention_type", None), {})
+    return float(parameters.get("rope_theta", 10000.0))
+
+
 class MaskedLM(nn.Module):
     """A masked-LM encoder as a model target: tokens -> logits, every token seeing every other.  With a
     padding mask, each sequence's positions count from its own first real token, as a user who
     left-pads an encoder with absolute positions must give them (right padding needs nothing)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, parts=None) -> None:
         super().__init__()
         self.model = model
         self.vocab_size = model.config.vocab_size
+        self.parts = parts
+
+    def layer_runs(self, tokens: torch.Tensor) -> list[LayerRun]:
+        """Each encoder layer's attention module as the model's forward runs it (own_layer_runs)."""
+        return own_layer_runs(self.model, self.parts, lambda: self(tokens))
 
     def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if attention_mask is None:
@@ -259,44 +329,54 @@ LAYER_CAPABILITIES = {"layer", "window", "gqa", "sinks", "offset", "cache"}
 SLIDING_CACHE = "transformers.cache_utils:DynamicSlidingWindowLayer.update"
 
 
-def model_target(key: str, name: str | None = None) -> Target:
-    """The family's causal LM, with its decoder layer as its white box where the kit has one (what a
-    black box cannot see: a scale, GQA's grouping, RoPE on the values); an encoder's masked LM,
-    declared bidirectional."""
-    family = FAMILIES[key]
-    name = name or f"hf-{key}-model"
+def model_target(key: str | Family, name: str | None = None) -> Target:
+    """The family's causal LM (``key`` into FAMILIES, or a Family of properties/adapters/families/), with
+    its decoder layer as its white box where the kit has one (what a black box cannot see: a scale,
+    GQA's grouping, RoPE on the values); an encoder's masked LM, declared bidirectional."""
+    family = FAMILIES[key] if isinstance(key, str) else key
+    name = name or f"hf-{key if isinstance(key, str) else family.name.lower()}-model"
     sources: tuple[str, ...] = (family.module, "transformers.masking_utils")
-    about = f"transformers' {family.model.__name__}, a tiny random config"
+    about = f"transformers' {family.model.__name__}, a small random config (hidden 64, vocabulary 128)"
     white_box = family.layer.capabilities & LAYER_CAPABILITIES if family.layer else frozenset()
-    # the white box's sizes and declared mods (Gemma 2's soft-capping, BLOOM's ALiBi) are the model's
-    shared = ("layer", "head_dims", "tied_width", "heads", "score_mod")
+    # the white box's sizes, declared mods (Gemma 2's soft-capping, BLOOM's ALiBi) and conventions (Cohere's
+    # interleaved RoPE pairs) are the model's
+    shared = ("layer", "head_dims", "tied_width", "heads", "kv_heads", "rope_base", "score_mod")
+    shared += ("conventions",)
     layer = {} if family.layer is None else {field: getattr(family.layer, field) for field in shared}
+    parts = hf_eager.PARTS.get(family.layer.name) if family.layer is not None else None
+    runs = frozenset({"layer_runs"}) if parts is not None else frozenset()
     if family.encoder:
-        lm = MaskedLM(build(family))
+        lm = (family.wrapper or MaskedLM)(build(family), parts)
         return Target(
             name,
             None,
-            frozenset({"module", "padding"}) | white_box,
+            frozenset({"module", "padding"}) | white_box | runs,
             about,
             sources=sources,
             module=lm,
+            layer_runs=lm.layer_runs if parts is not None else None,
             vocab_size=lm.vocab_size,
             mask_mod=bidirectional,
+            # an encoder with more than one kind of layer (ModernBERT's local and global layers)
+            schedule=family.schedule(lm.model.config) if family.schedule else (),
             **layer,
         )
-    lm = CausalLM(build(family))
+    lm = CausalLM(build(family), parts)
     if any(window is not None for window in lm.windows):
         sources += (SLIDING_CACHE,)
+    schedule = family.schedule(lm.model.config) if family.schedule else ()
     return Target(
         name,
         None,
         # not "float64": eager attention takes its softmax in float32 whatever the dtype (and in float64,
         # where finfo.min turns -inf in float32, a left pad's row of scores is NaN: README, "Findings")
-        frozenset({"module", "chunks", "padding", "hidden_states"}) | white_box,
+        frozenset({"module", "chunks", "padding", "hidden_states"}) | white_box | runs,
         about,
         sources=sources,
         module=lm,
-        windows=lm.windows,
+        layer_runs=lm.layer_runs if parts is not None else None,
+        windows=() if schedule else lm.windows,  # the schedule says it all (a chunk is no window)
+        schedule=schedule,
         decode=lm.decode,
         vocab_size=lm.vocab_size,
         hidden_states=lm.hidden_states,

@@ -13,8 +13,22 @@ from attnspec.impl import (
 )
 from attnspec.impl import attention as impl_attention
 from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.targets import CAPABILITIES, Layer, LayerSpec, Target
+from attnspec.properties.targets import CAPABILITIES, Layer, LayerRun, LayerSpec, Target
 from attnspec.specs.oracle import split_w_qkv
+
+
+def reported(block: AttentionBlock) -> dict:
+    """What impl's AttentionBlock reports as a Layer: its fused q|k|v split, its output projection, its
+    sinks, its RMSNorm pre-norm and its residual."""
+    config = block.config
+    return {
+        **split_w_qkv(block.qkv.weight, config.n_heads, config.n_kv_heads, config.head_dim),
+        "wo": block.out.weight,
+        "sinks": block.sinks,
+        "norm_weight": block.norm.weight,
+        "eps": config.norm_eps,
+        "residual": True,
+    }
 
 
 def layer(spec: LayerSpec) -> Layer:
@@ -30,7 +44,7 @@ def layer(spec: LayerSpec) -> Layer:
         use_sinks=spec.sinks,
         rope_base=spec.base,
     )
-    block = randomize_(AttentionBlock(config), spec.seed).to(spec.device, spec.dtype)
+    block = randomize_(AttentionBlock(config), spec).to(spec.device, spec.dtype)
 
     def decode(x, chunks):
         cache, outputs, start = block.new_cache(x.shape[1]), [], 0
@@ -39,16 +53,7 @@ def layer(spec: LayerSpec) -> Layer:
             start += size
         return torch.cat(outputs, dim=1)
 
-    return Layer(
-        lambda x, offset: block(x, offset=offset),
-        **split_w_qkv(block.qkv.weight, spec.n_heads, spec.n_kv_heads, spec.head_dim),
-        wo=block.out.weight,
-        sinks=block.sinks,
-        norm_weight=block.norm.weight,
-        eps=config.norm_eps,
-        residual=True,
-        decode=decode,
-    )
+    return Layer(lambda x, offset: block(x, offset=offset), **reported(block), decode=decode)
 
 
 def rope(x, positions, base=10000.0):
@@ -84,6 +89,26 @@ class Model(LanguageModel):
             outputs.append(x)
         return outputs
 
+    def layer_runs(self, tokens: torch.Tensor) -> list[LayerRun]:
+        """Each block's attention sublayer (x + attention(norm(x)), its MLP a sublayer of its own) as
+        the model's forward runs it: MOD-13 holds each to the oracle layer of its kind."""
+        runs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        hooks = [
+            block.attn.register_forward_hook(lambda module, args, out: runs.append((args[0], out)))
+            for block in self.stack.blocks
+        ]
+        try:
+            self(tokens)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        cfg = self.config
+        sizes = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rope_base)
+        return [
+            LayerRun(x, out, Layer(None, **reported(block.attn)), *sizes)
+            for (x, out), block in zip(runs, self.stack.blocks, strict=True)
+        ]
+
 
 MODEL = Model()
 
@@ -102,5 +127,6 @@ TARGET = Target(
     decode=MODEL.decode,
     vocab_size=MODEL.config.vocab_size,
     hidden_states=MODEL.hidden_states,
+    layer_runs=MODEL.layer_runs,
     switches=(impl_attention.QUERY_TILE + 1,),
 )
