@@ -95,7 +95,7 @@ class Decoder(nn.Module):
 def layer(spec: LayerSpec) -> Layer:
     """A block at the spec's sizes and window, every parameter drawn from the spec's seed, its FFN
     silenced: its attention layer x + Attn(LayerNorm(x))."""
-    block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec.seed)
+    block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec)
     with torch.no_grad():
         block.ffn[-1].weight.zero_()
         block.ffn[-1].bias.zero_()

@@ -63,7 +63,7 @@ class CausalSelfAttention(nn.Module):
 def layer(spec: LayerSpec, build=CausalSelfAttention) -> Layer:
     """The module at the spec's sizes, every parameter drawn from the spec's seed, as a layer."""
     config = GPTConfig(n_embd=spec.d_model, n_head=spec.n_heads)
-    module = randomize_(build(config), spec.seed).to(spec.device, spec.dtype).eval()
+    module = randomize_(build(config), spec).to(spec.device, spec.dtype).eval()
     parameters = fused_projections(module.c_attn, module.c_proj, spec)
     return Layer(lambda x, offset: module(x), **parameters, rope=False)
 

@@ -24,7 +24,7 @@ def build(spec, dropout=0.0):
         rope_base=spec.base,
         dropout=dropout,
     )
-    return randomize_(Block(config), spec.seed).to(spec.device, spec.dtype).eval()
+    return randomize_(Block(config), spec).to(spec.device, spec.dtype).eval()
 
 
 def decode(block, x, chunks, padding_mask=None):

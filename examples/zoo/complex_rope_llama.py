@@ -93,7 +93,7 @@ def layer(spec):
     from attnspec.properties.targets import Layer
 
     module = Attention(spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.base)
-    module = randomize_(module, spec.seed).to(spec.device, spec.dtype)
+    module = randomize_(module, spec).to(spec.device, spec.dtype)
 
     def decode(x, chunks):
         module.new_cache(x.shape[0], x.shape[1], x)

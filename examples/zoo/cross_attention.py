@@ -74,7 +74,7 @@ class CrossAttentionSublayer(nn.Module):
 
 def whisper_layer(spec: LayerSpec, sublayer: type[CrossAttentionSublayer] = CrossAttentionSublayer) -> Layer:
     block = sublayer(spec.d_model, spec.n_heads, spec.context_dim)
-    randomize_(block, spec.seed).to(spec.device, spec.dtype).eval()
+    randomize_(block, spec).to(spec.device, spec.dtype).eval()
     attn = block.encoder_attn
     return Layer(
         lambda x, offset, context=None: block(x, context),
@@ -88,7 +88,7 @@ def whisper_layer(spec: LayerSpec, sublayer: type[CrossAttentionSublayer] = Cros
 def torch_mha_layer(spec: LayerSpec) -> Layer:
     width = spec.context_dim or spec.d_model
     mha = nn.MultiheadAttention(spec.d_model, spec.n_heads, kdim=width, vdim=width, batch_first=True)
-    randomize_(mha, spec.seed).to(spec.device, spec.dtype).eval()
+    randomize_(mha, spec).to(spec.device, spec.dtype).eval()
     return Layer(
         lambda x, offset, context=None: mha(x, context, context, need_weights=False)[0],
         **multihead_attention(mha),

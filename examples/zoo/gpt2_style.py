@@ -200,7 +200,7 @@ def layer(spec):
     from attnspec.properties.layouts import fused_projections, pre_norm
     from attnspec.properties.targets import Layer
 
-    block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec.seed)
+    block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec)
     with torch.no_grad():
         block.mlp.c_proj.weight.zero_()
         block.mlp.c_proj.bias.zero_()

@@ -40,7 +40,7 @@ def layer(spec):
     from attnspec.properties.layouts import multihead_attention
     from attnspec.properties.targets import Layer
 
-    module = randomize_(CausalSelfAttention(spec.d_model, spec.n_heads, spec.window), spec.seed)
+    module = randomize_(CausalSelfAttention(spec.d_model, spec.n_heads, spec.window), spec)
     module = module.to(spec.device, spec.dtype).eval()
     return Layer(lambda x, offset: module(x), **multihead_attention(module.mha), rope=False)
 

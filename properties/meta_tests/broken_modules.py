@@ -265,7 +265,7 @@ BUGS = {
     ),
     "SEQUENCE_STATISTIC_LEAKS": Bug(_nanogpt(SequenceStatisticLeaks), "test_later_tokens", "changed"),
     "POSITIONS_FROM_THE_END": Bug(PositionsFromTheEnd, "test_a_prefix_alone", "tokens alone"),
-    "WINDOW_NOT_PASSED_ON": Bug(WindowNotPassedOn, "test_each_output_depends", "should change and no other"),
+    "WINDOW_NOT_PASSED_ON": Bug(WindowNotPassedOn, "test_each_output_depends", "depend on it and no other"),
     "MISSING_SCALE": Bug(_nanogpt(MissingScale), "test_layer_matches", "layer vs oracle layer", True),
     "HEADS_SPLIT_BY_A_STRIDED_VIEW": Bug(
         _nanogpt(HeadsSplitByAStridedView), "test_layer_matches", "layer vs oracle layer", True

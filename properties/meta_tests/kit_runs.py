@@ -255,6 +255,23 @@ def assert_passes(done: subprocess.CompletedProcess) -> None:
     assert " passed" in done.stdout and " failed" not in done.stdout, done.stdout[-4000:]
 
 
+def assert_each_fails_saying(target: str, expected: dict[str, tuple[str, ...]]) -> None:
+    """The properties named in ``expected`` (test functions) each fail ``target`` under the derandomized
+    mutation profile (the same examples every run, none shrunk), every failure of each saying all of
+    its words."""
+    from attnspec.properties.meta_tests.test_conformance import failure_reports
+
+    done = run_properties(target, "-k", " or ".join(expected), profile="mutation", as_user=True)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    reports = failure_reports(done.stdout)
+    for test, says in expected.items():
+        failed = {name: report for name, report in reports.items() if name.partition("[")[0] == test}
+        assert failed, f"{test} did not fail {target}: {list(reports)}"
+        for name, report in failed.items():
+            for words in says:
+                assert words in report, f"{name} does not say {words!r} for {target}:\n{report[-3000:]}"
+
+
 def assert_fails_saying(done: subprocess.CompletedProcess, says: str, name: str) -> None:
     """The run failed (exit 1), and every failing test's report contains ``says``."""
     from attnspec.properties.meta_tests.test_conformance import failure_reports

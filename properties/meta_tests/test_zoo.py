@@ -12,23 +12,30 @@ import torch
 
 from attnspec.properties.meta_tests.kit_runs import (
     DEEP_PROFILES,
+    assert_each_fails_saying,
     assert_passes,
     kit_profile,
     run_properties,
 )
-from attnspec.properties.meta_tests.test_conformance import failure_reports
 
 KERNELS = (  # attention functions (the peers' recipes grade them too: peers.py)
     "examples.zoo.triton_style:attention",
     "examples.zoo.host_numpy:attention",
     "examples.zoo.prescaled_dense:attention",
     "examples.zoo.complex_rope_llama:attention",
+    "examples.zoo.logsumexp_exact:attention",  # weights exp(s - lse), never divided: lse's rounding counts
 )
 MODULES = (  # the first two with a white box
     "examples.zoo.torch_multihead:ATTENTION",
     "examples.zoo.gpt2_style:MODEL",
     "examples.zoo.neox_style:ATTENTION",
     "examples.zoo.vit_encoder:ENCODER",  # bidirectional: declares its mask_mod
+    "examples.zoo.olmo2_style:BLOCK",  # q/k norm over the whole width (qk_norm_over="width"), norms after
+    "examples.zoo.gptj_style:BLOCK",  # interleaved rotary on a quarter of each head, its base fixed
+    "examples.zoo.llama4_style:MODEL",  # a schedule: chunked RoPE layers and a NoPE layer
+    "examples.zoo.modernbert_style:ENCODER",  # a schedule: global and local bidirectional layers
+    "examples.zoo.falcon_multiquery:ATTENTION",  # one KV head only: declares kv_heads = (1,)
+    "examples.zoo.t5_relative_bias:ATTENTION",  # its layer's score_mod read from its own bias table
 )
 # Attention functions checked under a declaration of what they compute (properties/declared.py); not in
 # KERNELS, since the peers' recipes know neither mods nor documents.
@@ -37,6 +44,7 @@ DECLARING = (
     "examples.zoo.varlen_packed:attention",
     "examples.zoo.alibi_bloom:attention",
     "examples.zoo.tiled_gqa_attend:attention",
+    "examples.zoo.alibi_falcon:attention",  # Falcon's ALiBi: BLOOM's divided by sqrt(d), its head size fixed
 )
 CROSS = (  # cross-attention layers, checked by their white box alone
     "examples.zoo.cross_attention:WHISPER",
@@ -111,10 +119,82 @@ TWINS = {
             "outputs with the context tokens in the order",
         ),
     },
+    "examples.zoo.logsumexp_exact:lse_before_the_mask": {  # hidden keys counted in every row's lse
+        "test_every_output_lies_between_the_least_and_largest_value_it_may_see": (
+            "outputs outside the range of the values their queries may see",
+            "the visible values times 1 - p_sink span",
+        ),
+        "test_values_constant_over_the_keys_come_out_scaled_by_one_minus_the_sink": (
+            "output for values constant over the keys",
+            "times the value",
+        ),
+    },
     "examples.zoo.tiled_gqa_attend:interleaved_groups": {  # declared gqa-tile, grouped h // r
         "test_matches_the_oracle": (
             "the target follows interleaved GQA (query head h reads KV head h // r), though the target "
             "declares gqa-tile",
+        ),
+    },
+    # OLMo 2's q/k norm moved after the head split: each head normalised alone.  Only the white box sees
+    # it (the block stays causal)
+    "examples.zoo.olmo2_style:QK_NORM_PER_HEAD": {
+        "test_layer_matches_the_oracle_layer": (
+            "QK_NORM_PER_HEAD layer vs oracle layer",
+            "the q/k norm normalises each head alone, though the layer reports it over the whole width",
+        ),
+    },
+    # GPT-J's quarter rotated in GPT-NeoX's half-split pairs, under its rope-interleaved declaration
+    "examples.zoo.gptj_style:HALF_SPLIT_PAIRS": {
+        "test_layer_matches_the_oracle_layer": (
+            "half-split RoPE pairs (x_i, x_i+d/2), though the target declares rope-interleaved",
+            "checked under its declaration: conventions rope-interleaved",
+        ),
+    },
+    "examples.zoo.llama4_style:CHUNKS_OFF_BY_ONE": {  # chunks cut at positions counted from 1
+        "test_each_output_depends_on_exactly_its_declared_inputs": (
+            "through layers of kinds (chunk 4) layer 0's outputs",
+        ),
+        "test_layer_matches_the_oracle_layer": ("layer vs oracle layer", "kind=LayerKind(mask='chunk'"),
+    },
+    "examples.zoo.llama4_style:ROPE_ON_NOPE_LAYERS": {  # the NoPE layer rotates q and k too
+        "test_layer_matches_the_oracle_layer": (
+            "layer vs oracle layer",
+            "mask='causal', size=None, rope=False",
+        ),
+    },
+    # the one KV head repeated over the folded batch*heads axis with repeat, not repeat_interleave
+    "examples.zoo.falcon_multiquery:KV_REPEATED": {
+        "test_each_sequence_alone_gives_its_rows_of_the_batch": ("alone vs its rows of the batch", "differ"),
+        "test_layer_matches_the_oracle_layer": ("KV_REPEATED layer vs oracle layer",),
+    },
+    # T5's distance taken as query - key: each key gets the bias learned for its mirror image
+    "examples.zoo.t5_relative_bias:FLIPPED_BUCKETS": {
+        "test_layer_matches_the_oracle_layer": ("FLIPPED_BUCKETS layer vs oracle layer",),
+        "test_a_layers_declared_score_mod_is_applied_where_it_bends_the_logits": (
+            "the output follows neither the oracle with the score_mod nor the one without it",
+            "t5_bias(16 buckets up to 32)",
+        ),
+    },
+    # T5 through SDPA: the dot products scaled by 1/sqrt(d) before the bias (T5 does not scale)
+    "examples.zoo.t5_relative_bias:SCALED_BEFORE_THE_BIAS": {
+        "test_layer_matches_the_oracle_layer": (
+            "SCALED_BEFORE_THE_BIAS layer vs oracle layer",
+            "the attention is scaled by 1/sqrt(d), though the layer reports its scale 1",
+        ),
+    },
+    "examples.zoo.alibi_falcon:declared_as_bloom": {  # Falcon's ALiBi declared as BLOOM's: 4 times steeper
+        "test_matches_the_oracle": (
+            "output vs the oracle",
+            "checked under its declaration: score_mod bloom_alibi",
+        ),
+    },
+    "examples.zoo.modernbert_style:LOCAL_ON_WRONG_LAYERS": {  # global layers counted from 1
+        "test_each_output_depends_on_exactly_its_declared_inputs": (
+            "through layers of kinds (bidirectional, RoPE base 160000) layer 0's outputs",
+        ),
+        "test_layer_matches_the_oracle_layer": (
+            "layer vs oracle layer",
+            "kind=LayerKind(mask='bidirectional'",
         ),
     },
 }
@@ -131,16 +211,7 @@ def test_each_broken_twin_fails_saying_what_it_does(twin):
     """The properties that must catch the twin's bug fail it, under the derandomized mutation profile
     (the same examples every run, none shrunk), each saying what it saw; the twin is checked under the
     same declaration as its correct target."""
-    expected = TWINS[twin]
-    done = run_properties(twin, "-k", " or ".join(expected), profile="mutation", as_user=True)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    reports = failure_reports(done.stdout)
-    for test, says in expected.items():
-        failed = {name: report for name, report in reports.items() if name.partition("[")[0] == test}
-        assert failed, f"{test} did not fail {twin}: {list(reports)}"
-        for name, report in failed.items():
-            for words in says:
-                assert words in report, f"{name} does not say {words!r} for {twin}:\n{report[-3000:]}"
+    assert_each_fails_saying(twin, TWINS[twin])
 
 
 def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved_pairs():
@@ -149,3 +220,34 @@ def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved
     )
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert "interleaved RoPE pairs" in done.stdout, done.stdout[-4000:]
+
+
+# What `attnspec check` prints for a failing seed, as the seeds sweep (seeds.py, `tox -e seeds`) reads it.
+FAILING_CHECK = """\
+F.                                                                       [100%]
+1 failed, 1 passed, 447 deselected in 3.58s
+
+KERN-4  Logits far beyond exp's range ...
+  failed  test_kernels.py::test_logits_far_beyond_exps_range_match_the_oracle[torch.float32]: output with ...
+  case    B=1, 1 query head over 1 KV head, Tq=15 queries over Tk=15 keys, head size 4, causal, float32
+  rerun   python attnspec-failures/test_logits_far_beyond_exps_range_match_the_oracle_torch.float32.py
+
+every failure in full: attnspec-failures/report.txt
+
+capabilities of --impl examples.zoo.logsumexp_exact:attention: blind, decode, float16, float64, gqa, grad
+FAIL: --impl examples.zoo.logsumexp_exact:attention breaks KERN-4 (1 failed, 1 passed, 0 skipped)
+"""
+
+
+def test_the_seeds_sweep_checks_every_correct_target_and_reads_a_failing_check():
+    from attnspec.properties.meta_tests import seeds
+
+    assert sorted(seeds.TARGETS) == sorted({*ZOO, FLEX}), "the sweep's targets are the zoo's lists"
+    verdict, failures = seeds.read_check(FAILING_CHECK)
+    assert verdict.startswith("FAIL: --impl examples.zoo.logsumexp_exact:attention breaks KERN-4 ")
+    assert failures == [
+        ("KERN-4", FAILING_CHECK.splitlines()[4].removeprefix(seeds.FAILED)),
+    ]
+    assert seeds.seeds_of(FLEX, 20, every=False) == seeds.FEWER_SEEDS[FLEX] < 20  # eager FlexAttention
+    assert all(seeds.seeds_of(target, 20, every=False) == 20 for target in ZOO)
+    assert seeds.seeds_of(FLEX, 20, every=True) == 20
