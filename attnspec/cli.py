@@ -29,6 +29,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,17 @@ from attnspec.parallel import (
     too_little_memory,
     usable_cores,
 )
-from attnspec.progress import SLOW_CALL, Progress, duration, estimate, examples_within
+from attnspec.progress import (
+    DEFAULT_BUDGET,
+    SLOW_CALL,
+    Progress,
+    default_examples,
+    duration,
+    estimate,
+    examples_within,
+    parallelism,
+    shrinking_within,
+)
 from attnspec.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
 
 PLUGIN = "attnspec-check"
@@ -54,21 +65,35 @@ PASSED, FAILED, NOT_CHECKED = 0, 1, 2
 TRACEBACKS = ("no", "line", "short", "long", "native")  # pytest's --tb styles
 FAILURES = "attnspec-failures"  # in the folder the check runs in: the reproducers and REPORT
 REPORT = "report.txt"  # every failure with pytest's whole report
+DEFAULT_BUDGET_ENV = "ATTNSPEC_DEFAULT_BUDGET"  # seconds, in place of DEFAULT_BUDGET
 BLOCKS = 3  # broken requirements shown as blocks without -v
 WIDTH = 260  # characters of a failure's message shown without -v
 
 
 class _Check:
     """Keeps the run's config, to read the run report once pytest is done; once the properties are
-    collected, fits their examples to --budget, or says what a slow target will cost."""
+    collected, fits their examples to --budget or, for a slow target in a check without --budget or
+    --profile, to about DEFAULT_BUDGET seconds, or says what a slow target will cost."""
 
     __name__ = PLUGIN  # the name pytest registers it under (conftest.py leaves the table to it)
     config: pytest.Config | None = None
 
-    def __init__(self, budget: float | None = None, jobs: int = 1) -> None:
+    def __init__(
+        self,
+        budget: float | None = None,
+        jobs: int = 1,
+        fit: bool = False,
+        default_budget: float = DEFAULT_BUDGET,
+        others: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.budget = budget
         self.jobs = jobs
+        self.others = others  # runnable processes of other work on the machine, as the properties start
+        self.fit = fit  # neither --budget nor --profile given: a slow target's check fits default_budget
+        self.default_budget = default_budget
         self.started = time.monotonic()
+        self.coverage = ""  # for the verdict, where the examples were fitted to a time
+        self.shrinking: float | None = None  # Hypothesis's limit on shrinking a failure, where it was set
 
     @pytest.hookimpl
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -81,32 +106,79 @@ class _Check:
         from attnspec.properties.run_report import NAME
 
         timed = session.config.pluginmanager.get_plugin(NAME)
-        call = timed.call  # a call once warm: what each example pays
+        call, new_sizes = timed.call, timed.new_sizes_call  # warm, and on sizes new to the process
         drawn = [item for item in session.items if _draws(item)]
         most = settings.default.max_examples
-        jobs = min(self.jobs, len(drawn)) or 1
+        processes, cores = min(self.jobs, len(drawn)) or 1, usable_cores()
+        jobs = parallelism(processes, cores)
+        # so far, and the warm-up each process of the check pays on its first call (at the same time)
+        spent = time.monotonic() - self.started + max(0.0, timed.first_call - timed.call)
+        default = settings.get_profile("default").max_examples
+        widest = max(most, default)
+        if self.budget is not None or self._over(spent, len(drawn), widest, call, jobs, new_sizes):
+            jobs = parallelism(processes, cores, self.others())  # what other work leaves, where it matters
+        about = spent + estimate(len(drawn), most, call, jobs, new_sizes)
         said = ""
         if self.budget is not None and drawn:
-            spent = time.monotonic() - self.started
-            examples = examples_within(self.budget, spent, len(drawn), call, jobs, most)
-            for function in {item.function for item in drawn}:  # what Hypothesis reads when it runs
-                own = function._hypothesis_internal_use_settings
-                function._hypothesis_internal_use_settings = settings(
-                    own, max_examples=min(examples, own.max_examples)
-                )
+            examples = examples_within(self.budget, spent, len(drawn), call, jobs, most, new_sizes)
+            self._fitted(drawn, examples, most, self.budget, f"--budget {self.budget:g}")
             weaker = "" if examples >= most else f": a weaker check, {examples / most:.0%} of the drawn cases"
             a = "example" if examples == 1 else "examples"
             said = f"--budget {self.budget:g} s: {examples} {a} a property instead of {most}{weaker}"
-        elif call > SLOW_CALL:
-            about = estimate(len(drawn), most, call, jobs)
-            first = f" ({timed.first_call:.2f} s the first)" if timed.first_call > 1.5 * call else ""
+        elif self.fit and drawn and about > self.default_budget:
+            examples = default_examples(self.default_budget, spent, len(drawn), call, jobs, most, new_sizes)
+            self._fitted(drawn, examples, most, self.default_budget, "a slow target")
+            fewest = spent + estimate(len(drawn), examples, call, jobs, new_sizes)
+            over = fewest > self.default_budget
+            even_so = f", the fewest it runs: about {duration(fewest)}" if over else ""
             said = (
-                f"the target takes {call:.2f} s a call{first}: {len(drawn)} properties at {most} "
-                f"examples each take about {duration(about)} here; --profile quick (5 examples) or "
+                f"a slow target ({_timings(timed)}): {examples} examples a property instead of {most} to fit "
+                f"about {duration(self.default_budget)}{even_so}; --budget SECONDS or --profile default/ci "
+                "for more"
+            )
+        elif call > SLOW_CALL or self._over(spent, len(drawn), default, call, jobs, new_sizes):
+            said = (
+                f"the target takes {_timings(timed)}: {len(drawn)} properties at {most} "
+                f"examples each take about {duration(about - spent)} here; --profile quick (5 examples) or "
                 "--budget SECONDS fits the check to a time"
             )
         if said:
             session.config.pluginmanager.get_plugin("terminalreporter").write_line(said)
+
+    def _over(
+        self, spent: float, properties: int, examples: int, call: float, jobs: float, new_sizes: float
+    ) -> bool:
+        """Whether ``examples`` a property would take the check past the default budget."""
+        return spent + estimate(properties, examples, call, jobs, new_sizes) > self.default_budget
+
+    def _fitted(self, drawn: list[pytest.Item], examples: int, most: int, budget: float, why: str) -> None:
+        """``examples`` a property for the properties that draw, where that is fewer than their own (the
+        verdict then says so, and ``why``); and Hypothesis's shrinking of a failure bounded to a
+        property's share of ``budget``."""
+        from hypothesis import settings
+        from hypothesis.internal.conjecture import engine
+
+        fewer = False
+        for function in {item.function for item in drawn}:  # what Hypothesis reads when it runs
+            own = function._hypothesis_internal_use_settings
+            fewer |= examples < own.max_examples
+            function._hypothesis_internal_use_settings = settings(
+                own, max_examples=min(examples, own.max_examples)
+            )
+        if fewer:
+            self.coverage = f"{examples} of {most} examples a property ({why})"
+        # Hypothesis's own limit (5 minutes), made to be set (engine.py); the workers are forked after this
+        if hasattr(engine, "MAX_SHRINKING_SECONDS"):
+            self.shrinking = engine.MAX_SHRINKING_SECONDS
+            shrinking = shrinking_within(budget, len(drawn), self.jobs)
+            engine.MAX_SHRINKING_SECONDS = min(self.shrinking, shrinking)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.shrinking is not None:  # Hypothesis's limit as it was, for whatever else the process runs
+            from hypothesis.internal.conjecture import engine
+
+            engine.MAX_SHRINKING_SECONDS = self.shrinking
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -130,6 +202,16 @@ class _Check:
         ):
             if signal.getsignal(signum) is default:  # not ignored (a background job), nor someone else's
                 signal.signal(signum, interrupted)
+
+
+def _timings(timed: object) -> str:
+    """What a call of the target takes, from the probe's timings (run_report.RunReport): warm and on new
+    sizes where these differ (a target that compiles per shape), and the first where it took longer."""
+    warm, new_sizes, first = timed.call, timed.new_sizes_call, timed.first_call  # type: ignore[attr-defined]
+    said = f"{warm:.2f} s a call"
+    if new_sizes > max(1.5 * warm, warm + 0.05):
+        said = f"{warm:.2f} s a call warm, {new_sizes:.2f} s on new sizes"
+    return said + (f", {first:.2f} s the first" if first > max(1.5 * warm, new_sizes) else "")
 
 
 def _draws(item: pytest.Item) -> bool:
@@ -185,7 +267,10 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
 def check(args: argparse.Namespace) -> int:
     # the user's modules, from where the command runs (as `python -m pytest` would find them)
     sys.path.insert(0, os.getcwd())
-    os.environ["HYPOTHESIS_PROFILE"] = args.profile
+    # the profile asked for (--profile, else $HYPOTHESIS_PROFILE) runs whole; without one, the default's
+    # examples, fewer for a slow target (_Check)
+    asked = args.profile or os.environ.get("HYPOTHESIS_PROFILE")
+    os.environ["HYPOTHESIS_PROFILE"] = asked or "default"
     os.environ[DATABASE_ENV] = args.db or ""  # no .hypothesis/ in the user's folder unless asked for
     import attnspec.properties as properties
 
@@ -195,7 +280,7 @@ def check(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
     jobs = min(args.jobs, 2 * usable_cores())  # more processes than that only share the same cores
-    plugin = _Check(args.budget, jobs)
+    plugin = _Check(args.budget, jobs, fit=asked is None, default_budget=default_budget(), others=other_work)
     memory = default_memory(jobs) if args.max_memory is None else args.max_memory or None
     if (cramped := too_little_memory(memory)) is not None:
         print(f"NOT CHECKED: {cramped}")
@@ -250,12 +335,41 @@ def check(args: argparse.Namespace) -> int:
         so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
         print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")
         return NOT_CHECKED
-    print(report.verdict(target))
+    print(report.verdict(target, plugin.coverage))
     if code == pytest.ExitCode.TESTS_FAILED:
         return FAILED if report.failed() else NOT_CHECKED  # refusals alone: not checked where refused
     if code == pytest.ExitCode.OK and report.passed:
         return PASSED
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)
+
+
+def default_budget() -> float:
+    """Seconds a slow target's check without --budget or --profile fits itself to: $ATTNSPEC_DEFAULT_BUDGET
+    where it is a positive number, else DEFAULT_BUDGET."""
+    try:
+        seconds = float(os.environ.get(DEFAULT_BUDGET_ENV, ""))
+    except ValueError:
+        return DEFAULT_BUDGET
+    return seconds if 0 < seconds < float("inf") else DEFAULT_BUDGET
+
+
+def other_work() -> float:
+    """Runnable processes of other work on this machine: the mean of a few looks at those runnable now
+    (Linux's /proc/loadavg, the check's own process left out), at most the 1-minute load average, which
+    still counts the processes of a check run just before; 0 where the platform says neither."""
+    try:
+        average = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+    looks = []
+    try:
+        for _ in range(5):
+            with open("/proc/loadavg") as loadavg:
+                looks.append(int(loadavg.read().split()[3].partition("/")[0]) - 1)
+            time.sleep(0.02)
+    except (OSError, ValueError, IndexError):
+        return average
+    return max(0.0, min(average, sum(looks) / len(looks)))
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -324,8 +438,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--profile",
         choices=PROFILES,
-        default=os.environ.get("HYPOTHESIS_PROFILE", "default"),
-        help=f"{PROFILES_HELP} (quick: for editors and pre-commit hooks)",
+        help=f"{PROFILES_HELP} (quick: for editors and pre-commit hooks; default: $HYPOTHESIS_PROFILE, "
+        f"else default, with fewer examples for a slow target, to fit about {DEFAULT_BUDGET:g} s)",
     )
     run.add_argument(
         "--device",

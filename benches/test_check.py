@@ -1,6 +1,7 @@
 """The speed of `attnspec check` on a kernel with every attention capability (examples/toy_attention.py),
 under the quick and the default Hypothesis profiles, against the time a Python takes to import torch in
-the same run (what every check pays first, and a yardstick for the machine's speed).
+the same run (what every check pays first, and a yardstick for the machine's speed); and on a slow target,
+an eager FlexAttention function, as its default check fits itself to about a minute.
 
 Each check runs in a process of its own, as a user starts it, with its default --jobs (one process per
 usable core, at most 4) and in one process (-j 1).  extra_info holds its median wall
@@ -50,6 +51,21 @@ def test_check_a_kernel_with_every_capability(benchmark, profile, jobs, torch_im
     seconds = benchmark.stats.stats.median
     benchmark.extra_info.update(
         check=profile, jobs=jobs or default_jobs(), wall_s=round(seconds, 2),
+        torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
+    )  # fmt: skip
+
+
+FLEX = "examples.zoo.flex_softcap_documents:attention"  # eager FlexAttention: Dynamo traces each new shape
+
+
+def test_check_a_slow_flex_attention_function(benchmark, torch_import):
+    """A slow target checked as a user checks it, without --profile: the check fits itself to about a
+    minute (attnspec/cli.py, _Check), where its 25 examples a property took 55-130 s on 2 cores."""
+    command = ("-m", "attnspec", "check", FLEX)
+    benchmark.pedantic(wall, args=command, rounds=3, iterations=1, warmup_rounds=0)
+    seconds = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        check="flex-fit", jobs=default_jobs(), wall_s=round(seconds, 2),
         torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
     )  # fmt: skip
 

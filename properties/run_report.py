@@ -208,10 +208,12 @@ class RunReport:
         self.failures: list[Failure] = []  # in the order they failed
         self.order: dict[str, int] = {}  # node id -> its place in the collection
         self.places: list[int] = []  # of each failure, its test's place in the collection
-        # seconds the target's first call took, and a call once warm (the first again where it took
-        # more than WARM_UP: compiling, building caches), measured by conftest.py before the run
+        # seconds the target's first call took, a call once warm (the first again where it took more
+        # than WARM_UP: compiling, building caches) and a call on new sizes (the warm call's where the
+        # first took less; target_checks.first_calls), measured by conftest.py before the run
         self.first_call = 0.0
         self.call = 0.0
+        self.new_sizes_call = 0.0
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -396,15 +398,17 @@ class RunReport:
             )
         return lines
 
-    def verdict(self, target: Target) -> str:
+    def verdict(self, target: Target, coverage: str = "") -> str:
         """FAIL when a property fails other than by a refusal (a requirement broken, or torch's global
         state left changed); NOT CHECKED when the target refused
-        inputs it does not declare it cannot take, and failed nothing else; PASS otherwise."""
+        inputs it does not declare it cannot take, and failed nothing else; PASS otherwise.  ``coverage``
+        says how many examples a property drew where the check was fitted to a time (`attnspec check`)."""
         under = f", under its declaration: {declaration(target)}" if declaration(target) else ""
         refused = len(self.refused())
         counts = f"{self.failed_tests - refused} failed, {self.passed} passed, {self.skipped} skipped"
         counts += f", {refused} refused" if refused else ""
         counts += f", {self.not_run} not run" if self.not_run else ""
+        counts += f", {coverage}" if coverage else ""
         if self.failed():
             what = [_process_in_brief(f.process) for f in self.broke_the_process()]
             what = list(dict.fromkeys(what))
@@ -418,7 +422,8 @@ class RunReport:
             )
         if not self.passed:
             return f"NOT CHECKED: no property ran against --impl {target.name} ({self.skipped} skipped)"
+        fitted = f", {coverage}" if coverage else ""
         return (
             f"PASS: --impl {target.name} passed every property it can run "
-            f"({self.passed} passed, {self.skipped} skipped{under})"
+            f"({self.passed} passed, {self.skipped} skipped{fitted}{under})"
         )

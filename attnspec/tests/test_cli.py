@@ -95,10 +95,10 @@ HOSTILE = {
 }
 
 
-def attnspec_command(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def attnspec_command(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m attnspec ARGS` in ``cwd``, with none of this run's settings for the kit (forked from
-    the warm kit server: test_kit_runs.py shows that is a new interpreter's run)."""
-    return run_module([sys.executable, "-m", "attnspec", *args], cwd, users_env())
+    the warm kit server: test_kit_runs.py shows that is a new interpreter's run), and ``env`` besides."""
+    return run_module([sys.executable, "-m", "attnspec", *args], cwd, {**users_env(), **(env or {})})
 
 
 # a kernel that raises on what it cannot take: an odd head size, more than 40 queries (each written
@@ -649,7 +649,7 @@ def test_a_slow_target_is_told_what_the_check_costs_and_a_budget_fits_it(user_di
     assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-2000:]
     first = told.stdout.splitlines()[0]
     assert re.fullmatch(
-        r"the target takes 0\.\d\d s a call: 4 properties at 5 examples each take about \d+ s "
+        r"the target takes 0\.\d\d s a call[^:]*: 4 properties at 5 examples each take about \d+ s "
         r"here; --profile quick \(5 examples\) or --budget SECONDS fits the check to a time",
         first,
     ), first
@@ -658,6 +658,50 @@ def test_a_slow_target_is_told_what_the_check_costs_and_a_budget_fits_it(user_di
     assert fitted.stdout.splitlines()[0] == (
         "--budget 1 s: 1 example a property instead of 25: a weaker check, 4% of the drawn cases"
     ), fitted.stdout
+    assert fitted.stdout.strip().splitlines()[-1] == (
+        "PASS: --impl slow:attention passed every property it can run (4 passed, 0 skipped, "
+        "1 of 25 examples a property (--budget 1))"
+    ), fitted.stdout
+
+
+def test_a_slow_target_gets_fewer_examples_by_default_and_says_so_first(user_dir: Path):
+    # without --profile or --budget, a check whose 25 examples a property would run past the default
+    # time (60 s; $ATTNSPEC_DEFAULT_BUDGET sets it, here below what even the fewest examples cost) draws
+    # fewer, never fewer than 5, and says so before the properties run and in the verdict
+    selected = ("-k", "test_matches_the_oracle", "-j", "1")
+    env = {"ATTNSPEC_DEFAULT_BUDGET": "5"}
+    fitted = attnspec_command(user_dir, "check", "slow:attention", *selected, env=env)
+    assert fitted.returncode == 0, fitted.stdout[-3000:] + fitted.stderr[-2000:]
+    first = fitted.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"a slow target \(0\.\d\d s a call[^)]*\): 5 examples a property instead of 25 to fit about 5 s, the "
+        r"fewest it runs: about \d+ s; --budget SECONDS or --profile default/ci for more",
+        first,
+    ), first
+    assert fitted.stdout.strip().splitlines()[-1] == (
+        "PASS: --impl slow:attention passed every property it can run (4 passed, 0 skipped, "
+        "5 of 25 examples a property (a slow target))"
+    ), fitted.stdout
+    # a profile asked for runs whole, --profile or $HYPOTHESIS_PROFILE: the estimate instead of the fit
+    for asked, profile_env in ((("--profile", "quick"), {}), ((), {"HYPOTHESIS_PROFILE": "quick"})):
+        whole = attnspec_command(
+            user_dir, "check", "slow:attention", *asked, *selected, env={**env, **profile_env}
+        )
+        assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-2000:]
+        assert whole.stdout.startswith("the target takes 0."), whole.stdout
+        assert whole.stdout.strip().splitlines()[-1] == (
+            "PASS: --impl slow:attention passed every property it can run (4 passed, 0 skipped)"
+        ), whole.stdout
+
+
+def test_a_fast_target_runs_the_whole_default_profile(user_dir: Path):
+    done = attnspec_command(user_dir, "check", "toy:attention", "-k", "test_matches_the_oracle", "-j", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "a slow target" not in done.stdout and "the target takes" not in done.stdout, done.stdout
+    verdict = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"PASS: --impl toy:attention passed every property it can run \(\d+ passed, \d+ skipped\)", verdict
+    ), verdict
 
 
 def test_watch_checks_again_on_every_save_from_a_warm_process(user_dir: Path):
