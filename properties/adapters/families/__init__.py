@@ -42,3 +42,31 @@ def with_white_box(family, module_name: str, name: str, layer: str = "LAYER") ->
         return hf_models.model_target(replace(family, layer=white_box), name)
 
     return build
+
+
+def inside_model(model, sublayer, config, cache_keyword: str = "cache"):
+    """The ``forward(x, offset)`` and ``decode(x, chunks)`` of a Layer whose white box is ``sublayer`` of a
+    one-layer ``model`` fed ``inputs_embeds``: its output taken by a forward hook (before the model's final
+    norm), so that the masks and biases reach it as the model composes them; decoding goes chunk by chunk
+    through the model's own DynamicCache (``config``'s), passed as ``cache_keyword``."""
+    import torch
+    from transformers import DynamicCache
+
+    outputs: list[torch.Tensor] = []
+    sublayer.register_forward_hook(lambda module, args, out: outputs.append(out[0]))
+
+    def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
+        outputs.clear()
+        model(inputs_embeds=x, use_cache=False)
+        return outputs[-1]
+
+    def decode(x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+        cache, start, pieces = DynamicCache(config=config), 0, []
+        for size in chunks:
+            outputs.clear()
+            model(inputs_embeds=x[:, start : start + size], use_cache=True, **{cache_keyword: cache})
+            pieces.append(outputs[-1])
+            start += size
+        return torch.cat(pieces, dim=1)
+
+    return forward, decode

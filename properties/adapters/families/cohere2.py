@@ -25,6 +25,7 @@ from transformers import Cohere2Config, Cohere2ForCausalLM
 from transformers.models.cohere2 import modeling_cohere2
 
 from attnspec.properties.adapters import hf_eager, hf_models
+from attnspec.properties.adapters.families import built_on_use
 from attnspec.properties.layouts import projections
 from attnspec.properties.targets import LayerKind, LayerSpec, Target
 
@@ -101,14 +102,12 @@ def _layer() -> Target:
     return replace(target, conventions=INTERLEAVED)
 
 
-def __getattr__(name: str) -> Target:
-    """LAYER (the decoder layer) and MODEL (the whole model, LAYER its white box), built when first used."""
-    if name == "LAYER":
-        globals()["LAYER"] = _layer()
-    elif name == "MODEL":
-        white_box = __getattr__("LAYER")
-        family = replace(FAMILY, layer=replace(white_box, capabilities=white_box.capabilities - {"window"}))
-        globals()["MODEL"] = hf_models.model_target(family, "hf-cohere2-model")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return globals()[name]
+def _model() -> Target:
+    """The whole model, LAYER its white box (without the window: the model's schedule says which layers
+    slide)."""
+    white_box = __getattr__("LAYER")
+    family = replace(FAMILY, layer=replace(white_box, capabilities=white_box.capabilities - {"window"}))
+    return hf_models.model_target(family, "hf-cohere2-model")
+
+
+__getattr__ = built_on_use(__name__, {"LAYER": _layer, "MODEL": _model})

@@ -14,7 +14,7 @@ bias to the attention mask, which the eager attention adds to the logits *after*
 So Falcon's ALiBi is BLOOM's divided by sqrt(head_dim), and the layer reports exactly that as its
 ``Layer.score_mod`` (``falcon_alibi``, built from the layer's head count and head size).  Declaring
 BLOOM's ``alibi`` on it instead is a misdeclaration the layer properties fail (planted in
-properties/meta_tests/misdeclared_biases.py).
+properties/meta_tests/misdeclared_families.py).
 
 Falcon's ``build_alibi_tensor`` rounds each slope and each product ``slope * position`` to bfloat16
 (as Falcon was trained).  That is exact while the slopes are powers of two (at most 8 heads) and the
@@ -35,11 +35,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
-from transformers import DynamicCache, FalconConfig, FalconForCausalLM, FalconModel
+from transformers import FalconConfig, FalconForCausalLM, FalconModel
 from transformers.models.falcon import modeling_falcon
 
 from attnspec.properties.adapters import hf_eager, hf_models
-from attnspec.properties.adapters.families import built_on_use
+from attnspec.properties.adapters.families import built_on_use, inside_model
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.layouts import fused_projections, per_head_fused_projections, pre_norm
 from attnspec.properties.targets import CannotBuild, Layer, LayerSpec, Target
@@ -142,22 +142,7 @@ def alibi_layer(spec: LayerSpec) -> Layer:
     with torch.no_grad():
         decoder.mlp.dense_4h_to_h.weight.zero_()
         decoder.mlp.dense_4h_to_h.bias.zero_()
-    outputs: list[torch.Tensor] = []
-    decoder.register_forward_hook(lambda module, args, out: outputs.append(out[0]))
-
-    def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
-        outputs.clear()
-        model(inputs_embeds=x, use_cache=False)
-        return outputs[-1]
-
-    def decode(x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
-        cache, start, pieces = DynamicCache(config=config), 0, []
-        for size in chunks:
-            outputs.clear()
-            model(inputs_embeds=x[:, start : start + size], cache=cache, use_cache=True)
-            pieces.append(outputs[-1])
-            start += size
-        return torch.cat(pieces, dim=1)
+    forward, decode = inside_model(model, decoder, config)
 
     # the config's sizes, not the module's computed attributes (a mutant changes those too)
     heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads

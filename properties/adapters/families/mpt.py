@@ -20,7 +20,7 @@ whatever the config says (it passes the head count and max_seq_len only), and re
 ``attn_config.alibi`` nor ``attn_type``: a config with another alibi_bias_max is computed with 8.  The
 model here uses 8, so the declaration and the code agree; the same layer built with an alibi_bias_max of
 16 and declaring it (``mpt_layer(spec, alibi_bias_max=16)``, planted in
-properties/meta_tests/misdeclared_biases.py) is that finding, which the layer properties fail.
+properties/meta_tests/misdeclared_families.py) is that finding, which the layer properties fail.
 
 The white box is a one-layer MptModel fed ``inputs_embeds``, its block's output taken by a forward hook
 (before the final norm), its MLP's ``down_proj`` zeroed: the bias and mask reach the block as MptModel
@@ -33,10 +33,10 @@ import math
 from dataclasses import replace
 
 import torch
-from transformers import DynamicCache, MptConfig, MptForCausalLM, MptModel
+from transformers import MptConfig, MptForCausalLM, MptModel
 
 from attnspec.properties.adapters import hf_models
-from attnspec.properties.adapters.families import built_on_use
+from attnspec.properties.adapters.families import built_on_use, inside_model
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.layouts import fused_projections, pre_norm
 from attnspec.properties.targets import CannotBuild, Layer, LayerSpec, Target
@@ -105,22 +105,7 @@ def mpt_layer(spec: LayerSpec, **attention) -> Layer:
     block = model.blocks[0]
     with torch.no_grad():
         block.ffn.down_proj.weight.zero_()
-    outputs: list[torch.Tensor] = []
-    block.register_forward_hook(lambda module, args, out: outputs.append(out[0]))
-
-    def forward(x: torch.Tensor, offset: int) -> torch.Tensor:
-        outputs.clear()
-        model(inputs_embeds=x, use_cache=False)
-        return outputs[-1]
-
-    def decode(x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
-        cache, start, pieces = DynamicCache(config=config), 0, []
-        for size in chunks:
-            outputs.clear()
-            model(inputs_embeds=x[:, start : start + size], cache=cache, use_cache=True)
-            pieces.append(outputs[-1])
-            start += size
-        return torch.cat(pieces, dim=1)
+    forward, decode = inside_model(model, block, config)
 
     # the config's sizes, scale and slopes: not the module's computed attributes, which a mutant changes
     heads = config.n_heads

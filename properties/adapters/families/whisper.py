@@ -20,6 +20,7 @@ import torch
 from transformers import WhisperConfig
 from transformers.models.whisper import modeling_whisper
 
+from attnspec.properties.adapters.families import built_on_use
 from attnspec.properties.hypothesis_helpers import randomize_
 from attnspec.properties.layouts import pre_norm, projections
 from attnspec.properties.targets import CannotBuild, Layer, LayerSpec, Target
@@ -70,11 +71,9 @@ def cross_layer(spec: LayerSpec) -> Layer:
     )
 
 
-def __getattr__(name: str) -> Target:
-    """CROSS (the decoder layer's cross-attention), built when first used."""
-    if name != "CROSS":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    target = globals()[name] = Target(
+def _cross() -> Target:
+    """The decoder layer's cross-attention as a target."""
+    return Target(
         "hf-whisper-cross",
         None,
         frozenset({"cross", "float64"}),
@@ -84,4 +83,6 @@ def __getattr__(name: str) -> Target:
         tied_width=True,
         tied_context=True,
     )
-    return target
+
+
+__getattr__ = built_on_use(__name__, {"CROSS": _cross})
