@@ -1,6 +1,6 @@
 """Whole attention layers of any target (--impl): projections, RoPE, attention, output projection.
 
-The target builds a layer from a LayerSpec (properties/targets.py) and reports its parameters;
+The target builds a layer from a LayerSpec (properties/layers.py) and reports its parameters;
 the oracle layer built from those parameters must agree with it (LAYER-1), naming the convention
 when the layer follows another one (interleaved RoPE pairs, a window of W+-1, tile-style GQA).
 Causality (BLOCK-3) and the shift invariance that RoPE gives (ROPE-4) hold for every layer, and a
