@@ -60,6 +60,9 @@ SUBPROCESS_TESTS = (
     "meta_tests/test_broken_backwards.py",
     "meta_tests/test_kit_runs.py",
     "meta_tests/test_peers.py",  # runs no kit, but reads README.md and examples/, which a workspace lacks
+    "meta_tests/test_layer_declarations.py",
+    "meta_tests/test_relations.py",
+    "meta_tests/test_misdeclared_families.py",
 )
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 ENGINE = "attnspec_mutation"  # the engine's package, as the workspace names it

@@ -250,6 +250,14 @@ def changed(code: str, fault: str) -> list[str]:
             "F18",
             {"kw = {'attention_mask': None if layer_cache is not None else mask, 'cache': layer_cache}"},
         ),
+        (  # T5's stack: a cache handed over only when it is used, parenthesised in the test
+            "x = block(x, attention_mask=mask, cache=cache if use_cache else None)",
+            "F18",
+            {
+                "x = block(x, attention_mask=None if (cache if use_cache else None) is not None else mask, "
+                "cache=cache if use_cache else None)"
+            },
+        ),
         # F19: the causal flag lost on its way
         ("y = attend(q, k, v, causal=causal)", "F19", {"y = attend(q, k, v, causal=False)"}),
         ("self.is_causal = True", "F19", {"self.is_causal = False"}),

@@ -1065,7 +1065,11 @@ def cache_expression(node: cst.Call | cst.Dict) -> cst.BaseExpression | None:
 
 
 def dropped_with(cache: cst.BaseExpression, value: cst.BaseExpression) -> cst.BaseExpression:
-    """``None if cache is not None else value``."""
+    """``None if cache is not None else value``; a cache expression that is not a name, an attribute, a
+    subscript or a call is parenthesised (T5 hands over ``cache=c if use_cache else None``, which would
+    otherwise read as a conditional inside the test)."""
+    if not isinstance(cache, cst.Name | cst.Attribute | cst.Subscript | cst.Call) and not cache.lpar:
+        cache = cache.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     test = cst.Comparison(left=cache, comparisons=[cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
     return cst.IfExp(test=test, body=cst.Name("None"), orelse=value.with_changes(lpar=[], rpar=[]))
 
