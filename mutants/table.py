@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 
 from attnspec.mutation.generators.catalogue import FAULTS
+from attnspec.properties.targets import ADAPTERS
 
 from .conformance import REPO_ROOT, catalogue_fingerprint
 
 TARGETS = (
     "hf-llama",
     "hf-mistral",
-    "hf-qwen3",
     "hf-gptoss",
+    "hf-qwen3",
     "gpt-oss",
     "hf-llama-model",
     "hf-mistral-model",
@@ -32,6 +33,22 @@ TARGETS = (
     "hf-gemma2",
     "hf-bloom-model",
     "hf-bert-model",
+    "hf-smollm3-model",
+    "hf-llama4-model",
+    "hf-cohere2-model",
+    "hf-modernbert-model",
+    "hf-roberta-model",
+    "hf-gemma3-model",
+    "hf-olmo2-model",
+    "hf-stablelm-model",
+    "hf-phi-model",
+    "hf-gptj-model",
+    "hf-falcon-model",
+    "hf-falcon-alibi-model",
+    "hf-mpt-model",
+    "hf-t5-model",
+    "hf-t5-cross",
+    "hf-whisper-cross",
     "flash-ref",
 )
 TABLE_FILE = Path(__file__).resolve().parent / "conformance-table.json"
@@ -41,10 +58,57 @@ END = "<!-- end of conformance table -->"
 COUNTS = ("sites", "mutants", "killed", "survived", "not_exercised")
 
 
+def family(target: str) -> str:
+    """The family a built-in target belongs to: its name without the adapter's prefix and level."""
+    return target.removeprefix("hf-").removesuffix("-model").removesuffix("-cross")
+
+
+def level(target: str) -> str:
+    """What a campaign on the target grades, read from where its adapter lives: a whole model (its
+    white box included), a family's attention core and its layer, or a kernel."""
+    adapter = ADAPTERS[target]
+    if adapter.endswith("CROSS"):
+        return "cross-attention layer"
+    if "hf_models:" in adapter or adapter.endswith(("MODEL", "_MODEL")):
+        return "model"
+    if "hf_eager:" in adapter or adapter.endswith("LAYER"):
+        return "layer, attention"
+    return "attention, layer" if "gpt_oss" in adapter else "attention kernel, backward"
+
+
+def summary(table: dict) -> list[str]:
+    """Markdown: one row per family, the levels its campaigns graded and, over them, the faults with a
+    site, those killed, those that survived (all triaged equivalent, or the gate fails) and those no
+    property reaches.  A campaign runs only on a target that passes the kit (its clean run)."""
+    header = "| family | levels graded (targets) | faults with a site | killed | survived (triaged) | not exercised |"  # noqa: E501
+    lines = [header, "|---|---|---:|---:|---:|---:|"]
+    families: dict[str, list[str]] = {}
+    for target in TARGETS:
+        families.setdefault(family(target), []).append(target)
+    for name, targets in families.items():
+        counts = {"sited": 0, "killed": 0, "survived": 0, "triaged": 0, "not exercised": 0}
+        for target in targets:
+            for row in table["targets"][target]["faults"].values():
+                if row["status"] in ("no site", "not recognised"):
+                    continue
+                counts["sited"] += 1
+                counts["killed"] += row["status"] == "killed"
+                counts["survived"] += row["status"] in ("survived", "equivalent")
+                counts["triaged"] += row["status"] == "equivalent"
+                counts["not exercised"] += row["status"] == "not exercised"
+        levels = "; ".join(f"{level(target)} (`{target}`)" for target in targets)
+        lines.append(
+            f"| {name} | {levels} | {counts['sited']} | {counts['killed']} | "
+            f"{counts['survived']} ({counts['triaged']}) | {counts['not exercised']} |"
+        )
+    return [*lines, "", f"{len(families)} families, {len(TARGETS)} targets.", ""]
+
+
 def render(table: dict) -> str:
-    """Markdown: one row per target and fault with a site (survivors show how many are triaged
-    equivalents), then, a line per target, the faults that found no site in it."""
+    """Markdown: the summary per family, then one row per target and fault with a site (survivors show
+    how many are triaged equivalents), then, a line per target, the faults that found no site in it."""
     lines = [
+        *summary(table),
         "| target | fault | status | sites | mutants | killed | survived (triaged) | not exercised |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]

@@ -1,8 +1,11 @@
 """SmolLM3 (transformers' SmolLM3ForCausalLM): Llama's layer, with no RoPE on every fourth layer.
 
 The model's schedule declares which layers have RoPE (its config's ``no_rope_layers``, made from
-``no_rope_layer_interval``: four layers, the last without); its white box is SmolLM3's decoder layer
-built as either kind (``spec.kind.rope``), with a sliding window where the spec asks for one.
+``no_rope_layer_interval``: four layers, the last without) and which slide: with SmolLM3's
+``use_sliding_window`` on (off in the shipped checkpoints, on here so that the variant is checked), its
+config makes exactly the layers without RoPE sliding-window layers (``layer_types``).  The white box is
+SmolLM3's decoder layer built as either kind (``spec.kind.rope``), with a sliding window where the spec
+asks for one.
 """
 
 from __future__ import annotations
@@ -30,8 +33,14 @@ def config(spec: LayerSpec) -> SmolLM3Config:
 
 
 def schedule(model_config: SmolLM3Config) -> tuple[LayerKind, ...]:
-    """Each layer causal, with RoPE where ``no_rope_layers`` says 1."""
-    return tuple(LayerKind(rope=bool(rope)) for rope in model_config.no_rope_layers)
+    """Each layer with RoPE where ``no_rope_layers`` says 1, a sliding window where ``layer_types`` says
+    so, else causal."""
+    return tuple(
+        LayerKind("window", model_config.sliding_window, rope=bool(rope))
+        if kind == "sliding_attention"
+        else LayerKind("causal", rope=bool(rope))
+        for rope, kind in zip(model_config.no_rope_layers, model_config.layer_types, strict=True)
+    )
 
 
 FAMILY = hf_models.Family(
@@ -39,7 +48,13 @@ FAMILY = hf_models.Family(
     SmolLM3Config,
     SmolLM3ForCausalLM,
     "transformers.models.smollm3.modeling_smollm3",
-    {"num_hidden_layers": 4, **hf_models.NO_SPECIAL_TOKENS},
+    # four layers, the last without RoPE and (use_sliding_window) a sliding window
+    {
+        "num_hidden_layers": 4,
+        "use_sliding_window": True,
+        "sliding_window": hf_models.WINDOW,
+        **hf_models.NO_SPECIAL_TOKENS,
+    },
     None,  # the white box: LAYER, set below
     schedule=schedule,
     sizes=hf_models.REALISTIC,
