@@ -1,11 +1,11 @@
-"""The built-in family adapters (properties/adapters/families/), each misdeclared the way a port of the family
-gets it wrong: a position bias or a scale (Falcon's ALiBi declared as BLOOM's, T5's unscaled logits reported
-as scaled), what the white box reports (a q/k norm in another form, a rotary share left out, a norm of
-another kind), the convention it follows, a fixed base left undeclared, or its schedule of layers (a chunk,
-a window or a local window off by one, the NoPE layer in the wrong place, RoPE declared on layers without
-it, a kind of layer left out, the bases of two kinds swapped), and one finding in transformers' MPT.  The
-models themselves are correct; only the declaration lies, and the kit must fail each one
-(test_misdeclared_families.py says how).
+"""The built-in family adapters (properties/adapters/families/, hf_eager.py), each misdeclared the way a
+port of the family gets it wrong: a position bias, a cap or a scale (Falcon's ALiBi declared as BLOOM's,
+Gemma 2 capped at 5 declared at 50, T5's unscaled logits reported as scaled), what the white box reports
+(a q/k norm in another form, a rotary share left out, a norm of another kind), the convention it follows,
+a fixed base left undeclared, or its schedule of layers (a chunk, a window or a local window off by one,
+the NoPE layer in the wrong place, RoPE declared on layers without it, a kind of layer left out, the bases
+of two kinds swapped), and one finding in transformers' MPT.  The models themselves are correct; only the
+declaration lies, and the kit must fail each one (test_misdeclared_families.py says how).
 
 Each is built when first asked for (PEP 562), from the family's own target: a layer's report changed after
 it is built (``reports``), or a declaration of the target replaced.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import replace
+from types import SimpleNamespace
 
 from attnspec.properties.targets import Layer, LayerKind, LayerSpec, Target
 from attnspec.specs.mods import alibi, alibi_slopes, soft_cap
@@ -81,6 +82,22 @@ def _whisper_unscaled() -> Target:
     """Whisper's cross-attention reported with the scale 1.0 its attention call passes (``scaling=1.0``),
     missing that the queries were scaled by head_dim ** -0.5 as they were projected."""
     return reports(family("whisper", "CROSS"), lambda built, spec: {"scale": 1.0})
+
+
+def _gemma2_cap_5_as_50() -> Target:
+    """Gemma 2's layer built with its logits soft-capped at 5 (``attn_logit_softcapping``) and declared
+    with the shipped soft_cap(50): a cap of another size, which SCORE-1's large logits tell apart."""
+    from attnspec.properties.adapters import hf_eager
+
+    shipped = hf_eager.PARTS["hf-gemma2"]
+
+    def config(spec: LayerSpec):
+        built = shipped.config(spec)
+        built.attn_logit_softcapping = 5.0
+        return built
+
+    family = SimpleNamespace(**{**vars(shipped), "config": config})  # softcap (declared) stays 50
+    return hf_eager.eager_target("hf-gemma2-capped-at-5", family, {"window"})
 
 
 # --- what a layer reports, its convention, its base ---------------------------------------------------
@@ -226,6 +243,7 @@ BUILT_ON_USE = {
     "T5_MIRRORED": _t5_mirrored,
     "T5_CROSS_SCALED": _t5_cross_scaled,
     "WHISPER_UNSCALED": _whisper_unscaled,
+    "GEMMA2_CAP_5_AS_50": _gemma2_cap_5_as_50,
     "GEMMA3_SOFT_CAPPED": _gemma3_soft_capped,
     "GEMMA3_RAW_GAINS": _gemma3_raw_gains,
     "OLMO2_PER_HEAD": _olmo2_per_head,
