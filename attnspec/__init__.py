@@ -26,8 +26,8 @@ if _in_checkout:
 
 def conventions_path() -> Path:
     """CONVENTIONS.md: the conventions, the target protocol and the tolerance policy.  A checkout
-    keeps it at the repository's root; the wheel ships it inside this package (package data: in
-    the repository attnspec/CONVENTIONS.md is a link to the root's file)."""
+    keeps it at the repository's root; the wheel ships a copy inside this package (setup.py copies it
+    as the wheel is built)."""
     return (_checkout if _in_checkout else Path(__file__).parent) / "CONVENTIONS.md"
 
 
