@@ -49,8 +49,6 @@ from pathlib import Path
 import torch
 
 from attnspec.properties.layers import (  # noqa: F401 (re-exported: a target builds these)
-    KINDS,
-    SIZED,
     CannotBuild,
     Layer,
     LayerKind,
