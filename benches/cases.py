@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
-from attnspec.benches.reference import (
+from attnspec.impl import AttentionBlock, ModelConfig, alibi_slopes, scaled_dot_product_attention
+from attnspec.impl.attention import QUERY_TILE
+from benches.reference import (
     tile_kernels,
     torch_attention,
     torch_attention_block,
     torch_variant_attention,
 )
-from attnspec.impl import AttentionBlock, ModelConfig, alibi_slopes, scaled_dot_product_attention
-from attnspec.impl.attention import QUERY_TILE
 
 HEADS, HEAD_DIM = 8, 64
 

@@ -37,7 +37,7 @@ def peak_bytes(name: str, side: str) -> int | None:
 def main() -> None:
     import torch
 
-    from attnspec.benches.cases import CASES
+    from benches.cases import CASES
 
     name, side = sys.argv[1:3]
     torch.set_num_threads(2)

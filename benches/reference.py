@@ -1,6 +1,6 @@
 """torch's own kernels under attnspec's conventions: what impl/ is timed against.
 
-- ``torch_attention``: the conformance kit's torch adapter (properties/adapters/torch_sdpa.py):
+- ``torch_attention``: the conformance kit's torch adapter (src/attnspec/adapters/torch_sdpa.py):
   ``F.scaled_dot_product_attention`` with bottom-right queries (``is_causal`` where that is the
   same), a boolean band mask for a window, ``enable_gqa``, and sinks as one extra zero key.
 - ``torch_attention_block``: the AttentionBlock's computation with torch primitives
@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnspec.properties.adapters.torch_sdpa import attention as torch_attention
+from attnspec.adapters.torch_sdpa import attention as torch_attention
 
 
 def rope(x: torch.Tensor, base: float) -> torch.Tensor:

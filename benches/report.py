@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     campaign_ratios = {kind: {n: info[n] for n in CAMPAIGN_RATIOS} for kind, info in found.items()}
     memory: dict[str, dict[str, int | None]] = {}
     if args.memory:
-        from attnspec.benches.memory import peak_bytes
+        from benches.memory import peak_bytes
 
         for case in times:
             print(f"measuring peak memory of {case} ...", file=sys.stderr, flush=True)

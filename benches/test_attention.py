@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnspec.benches.cases import CASES
+from benches.cases import CASES
 
 _checked: set[str] = set()
 

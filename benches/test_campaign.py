@@ -1,4 +1,4 @@
-"""The speed of the main job itself: a full mutation campaign (`python -m mutants run`) on a copy of
+"""The speed of the main job itself: a full mutation campaign (`python -m campaigns run`) on a copy of
 impl/, specs/ and properties/, then an `--incremental` one after one impl function changed.
 
 Each bench runs its campaign once (a campaign takes minutes).  extra_info holds the phases and the
@@ -33,8 +33,8 @@ CHANGED = (
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("campaign") / "attnspec"
-    for name in ("impl", "specs", "properties"):
-        shutil.copytree(REPO_ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
@@ -43,7 +43,7 @@ def campaign(root: Path, *options: str) -> tuple[float, dict]:
     """Wall seconds and results of one campaign on ``root``."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "mutants", "run", "--root", str(root), *options],
+        [sys.executable, "-m", "campaigns", "run", "--root", str(root), *options],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -96,7 +96,7 @@ def test_full_campaign(benchmark, root):
 def test_incremental_campaign_after_one_function_changed(benchmark, root):
     if not (root / "reports" / "mutation-results.json").exists():
         campaign(root)
-    source = root / "impl" / CHANGED[0]
+    source = root / "src" / "attnspec" / "impl" / CHANGED[0]
     text = source.read_text()
     assert CHANGED[1] in text, f"impl/{CHANGED[0]} no longer has the line the bench changes"
     source.write_text(text.replace(CHANGED[1], CHANGED[2], 1))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from attnspec.parallel import default_jobs
+from attnspec.runner.parallel import default_jobs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOY = "examples.toy_attention:attention"
@@ -60,7 +60,7 @@ FLEX = "examples.zoo.flex_softcap_documents:attention"  # eager FlexAttention: D
 
 def test_check_a_slow_flex_attention_function(benchmark, torch_import):
     """A slow target checked as a user checks it, without --profile: the check fits itself to about a
-    minute (attnspec/cli.py, _Check), where its 25 examples a property took 55-130 s on 2 cores."""
+    minute (src/attnspec/cli.py, _Check), where its 25 examples a property took 55-130 s on 2 cores."""
     command = ("-m", "attnspec", "check", FLEX)
     benchmark.pedantic(wall, args=command, rounds=3, iterations=1, warmup_rounds=0)
     seconds = benchmark.stats.stats.median

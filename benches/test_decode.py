@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnspec.benches.decode_curve import SIZES, allocated_bytes, held_bytes
 from attnspec.impl import AttentionBlock, KVCache, ModelConfig
+from benches.decode_curve import SIZES, allocated_bytes, held_bytes
 
 WINDOW = 128
 MAX_LEN = 4096 + 1  # room for the largest prefill plus the decoded token

@@ -3,11 +3,15 @@
 A page holds a marker, ``<!-- attnspec: NAME -->``, on a line of its own; the hook replaces it with
 what NAME renders from the installed package, so that these pages cannot drift from the code:
 
-- ``requirements``: every requirement of specs/requirements.toml, with its source and tolerance;
+- ``requirements``: every requirement of src/attnspec/specs/requirements.toml, with its source and tolerance;
 - ``faults``: every fault of the catalogue, the requirements expected to kill it, the idioms its
   operators recognise (their docstrings) and one mutant of impl/ as an example diff;
 - ``cli``: the help of each command, as ``attnspec COMMAND -h`` prints it;
-- ``conventions``: CONVENTIONS.md, which ``attnspec conventions`` prints and the wheel ships.
+- ``conventions``: src/attnspec/CONVENTIONS.md, which ``attnspec conventions`` prints and the wheel ships;
+- ``layout``: the repository's folders, each with its lines of Python and what it is (the first
+  sentence of its package's docstring);
+- ``capabilities``: every capability a target may declare (attnspec/protocol/targets.py);
+- ``api``: the public names of ``attnspec``, each with the module that defines it and its summary.
 """
 
 from __future__ import annotations
@@ -57,8 +61,7 @@ def example_diffs() -> dict[str, str]:
 
 
 def faults() -> str:
-    from attnspec.mutation.generators.annotations import GENERIC
-    from attnspec.mutation.generators.catalogue import FAULTS
+    from attnspec.mutation.faults import FAULTS, GENERIC
 
     diffs = example_diffs()
     parts = []
@@ -68,11 +71,15 @@ def faults() -> str:
             doc = " ".join((operator.__doc__ or operator.__name__).split())
             if doc not in idioms:
                 idioms.append(doc)
+        module = fault.operators[0][1].__module__.rpartition(".")[2]
         lines = [
             f"## {fault.id}: {fault.description}",
             "",
             f"Source: {fault.source}. Expected to be killed by: {', '.join(fault.kills)}. "
             f"What a target must expose for the kit to reach it: {fault.reached_through}.",
+            "",
+            f"Its module: `src/attnspec/mutation/faults/{module}.py`; its idiom tests: "
+            f"`tests/mutation/faults/test_{module}.py`.",
             "",
             "Idioms it recognises (one per operator):",
             "",
@@ -106,7 +113,7 @@ def cli() -> str:
 
 
 def conventions() -> str:
-    """CONVENTIONS.md without its title (the page's), its sections one level below the page's."""
+    """src/attnspec/CONVENTIONS.md without its title (the page's), its sections one level below the page's."""
     import attnspec
 
     text = attnspec.conventions()
@@ -120,4 +127,94 @@ def conventions() -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"requirements": requirements, "faults": faults, "cli": cli, "conventions": conventions}
+REPO = Path(__file__).resolve().parents[1]
+# the folders the layout lists, in order: the package's subpackages, then the repository's own code
+FOLDERS = (
+    "src/attnspec",
+    "src/attnspec/protocol",
+    "src/attnspec/specs",
+    "src/attnspec/kit",
+    "src/attnspec/kit/properties",
+    "src/attnspec/runner",
+    "src/attnspec/adapters",
+    "src/attnspec/adapters/families",
+    "src/attnspec/impl",
+    "src/attnspec/mutation",
+    "src/attnspec/mutation/faults",
+    "src/attnspec/mutation/generators",
+    "src/attnspec/mutation/suites",
+    "src/attnspec/mutation/reports",
+    "src/attnspec/properties",
+    "tests",
+    *(f"tests/{name}" for name in ("impl", "specs", "kit", "targets", "runner", "mutation", "campaigns")),
+    "tests/fixtures",
+    "campaigns",
+    "benches",
+    "examples",
+)
+
+
+def cell(text: str) -> str:
+    """Text for a table's cell: a pipe escaped."""
+    return text.replace("|", "\\|")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a docstring's first paragraph, in one line."""
+    paragraph = " ".join(text.split("\n\n")[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", paragraph, maxsplit=1)[0]
+    return sentence if len(sentence) <= 240 else sentence[:237].rsplit(" ", 1)[0] + " ..."
+
+
+def layout() -> str:
+    import ast
+
+    rows = ["| folder | lines | what it is |", "|---|---:|---|"]
+    for folder in FOLDERS:
+        path = REPO / folder
+        own = [p for p in path.glob("*.py")]
+        lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in own)
+        init = path / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) if init.is_file() else None
+        said = first_sentence(doc) if doc else ""
+        rows.append(f"| `{folder}/` | {lines} | {cell(said)} |")
+    return "\n".join(rows)
+
+
+def capabilities() -> str:
+    from attnspec.protocol.targets import CAPABILITIES
+
+    rows = ["| capability | the target declares that it ... |", "|---|---|"]
+    rows += [f"| `{name}` | {cell(said)} |" for name, said in CAPABILITIES.items()]
+    return "\n".join(rows)
+
+
+def api() -> str:
+    import importlib
+    import inspect
+
+    import attnspec
+
+    rows = ["| name | defined in | what it is |", "|---|---|---|"]
+    for name in sorted(attnspec.API, key=str.lower):
+        module = attnspec.API[name]
+        try:
+            obj = getattr(importlib.import_module(module), name)
+        except ImportError:  # CausalLM and MaskedLM need transformers
+            said = "(needs transformers: pip install 'attnspec[conformance]')"
+        else:
+            doc = inspect.getdoc(obj) or ""
+            said = first_sentence(doc) if doc else ""
+        rows.append(f"| `{name}` | `{module}` | {cell(said)} |")
+    return "\n".join(rows)
+
+
+RENDERERS = {
+    "requirements": requirements,
+    "faults": faults,
+    "cli": cli,
+    "conventions": conventions,
+    "layout": layout,
+    "capabilities": capabilities,
+    "api": api,
+}

@@ -1,1 +1,1 @@
-"""Example targets for the conformance kit: ``pytest properties --impl examples.toy_attention:attention``."""
+"""Example targets: a toy kernel, module targets, a user's project and the zoo of outside styles."""

@@ -26,9 +26,7 @@ import math
 import torch
 from torch import nn
 
-from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.layouts import pre_norm, projections
-from attnspec.properties.targets import Layer, LayerSpec
+from attnspec import Layer, LayerSpec, pre_norm, projections, randomize_
 
 
 class CausalSelfAttention(nn.Module):

@@ -21,9 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.layouts import fused_projections
-from attnspec.properties.targets import Layer, LayerSpec
+from attnspec import Layer, LayerSpec, fused_projections, randomize_
 
 
 @dataclass

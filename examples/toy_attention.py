@@ -1,6 +1,6 @@
 """A toy attention kernel in plain PyTorch: an example of a user's target for attnspec.
 
-It is the softmax attention of attnspec's conventions (CONVENTIONS.md), written for clarity, not
+It is the softmax attention of attnspec's conventions (src/attnspec/CONVENTIONS.md), written for clarity, not
 speed, and it supports every attention-level capability: attention weights, sliding windows, sinks,
 a value head size of its own, grouped-query attention, decode (fewer queries than keys, aligned
 bottom-right), queries that see no key, non-causal attention, packed sequences (document ids), an
@@ -12,7 +12,7 @@ Narrowing the capabilities: the environment variable ATTNSPEC_TOY_CAPABILITIES, 
 module is imported, names the capabilities that ``attention.capabilities`` declares, comma-separated
 ("weights,gqa"); empty declares none; unset declares them all.  A narrowed kernel refuses, with a
 TypeError, a call that uses a capability it does not declare, as a kernel without that support may:
-the properties promise never to make such a call (properties/targets.py).
+the properties promise never to make such a call (src/attnspec/protocol/targets.py).
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ tests let survive.
 import torch
 from attention import Block, Config, KVCache, attention
 
-from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.layouts import fused_projections, pre_norm
-from attnspec.properties.targets import Layer
+from attnspec import Layer, fused_projections, pre_norm, randomize_
 
 
 def build(spec, dropout=0.0):

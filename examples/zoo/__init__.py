@@ -1,5 +1,5 @@
 """The zoo: correct attention targets written in the styles outsiders use, none shaped like attnspec's
-own code.  Each passes the whole kit (properties/meta_tests/test_zoo.py, in every test run; the
+own code.  Each passes the whole kit (tests/targets/test_zoo.py, in every test run; the
 FlexAttention one, slow when eager, passes a selection of it there and the whole kit under the ci profile).
 
 - ``triton_style``: a Triton-style flash kernel (base-2 exponentials with the scale and log2 e folded into
@@ -63,7 +63,7 @@ Three module targets have broken twins with bugs their users ship: ``torch_multi
 NeoX's ``**kwargs`` takes without an error) and ``vit_encoder``'s ``CAUSAL_LEFT_ON`` (a decoder's
 ``is_causal=True`` in an encoder) and ``PADS_ATTENDED`` (the padding bias built, never added).
 
-Five more declare what their attention computes (properties/declared.py), each beside a broken twin with
+Five more declare what their attention computes (protocol/declared.py), each beside a broken twin with
 a bug their users ship, which the kit fails:
 
 - ``flex_softcap_documents``: ``torch.nn.attention.flex_attention`` run eagerly, a Gemma-2-style
@@ -79,3 +79,42 @@ a bug their users ship, which the kit fails:
 - ``tiled_gqa_attend``: an x-transformers-``Attend``-style einsum core whose KV heads are tiled with
   ``k.repeat`` (declares ``conventions = {"gqa-tile"}``); twin ``interleaved_groups``: grouped h // r.
 """
+
+# The zoo's correct targets, by kind (tests/targets/test_zoo.py checks each; campaigns/seeds.py sweeps
+# their seeds; campaigns/peers.py grades the kernels with the peers' recipes).
+KERNELS = (  # attention functions (the peers' recipes grade them too: peers.py)
+    "examples.zoo.triton_style:attention",
+    "examples.zoo.host_numpy:attention",
+    "examples.zoo.prescaled_dense:attention",
+    "examples.zoo.complex_rope_llama:attention",
+    "examples.zoo.logsumexp_exact:attention",  # weights exp(s - lse), never divided: lse's rounding counts
+)
+MODULES = (  # the first two with a white box
+    "examples.zoo.torch_multihead:ATTENTION",
+    "examples.zoo.gpt2_style:MODEL",
+    "examples.zoo.neox_style:ATTENTION",
+    "examples.zoo.vit_encoder:ENCODER",  # bidirectional: declares its mask_mod
+    "examples.zoo.olmo2_style:BLOCK",  # q/k norm over the whole width (qk_norm_over="width"), norms after
+    "examples.zoo.gptj_style:BLOCK",  # interleaved rotary on a quarter of each head, its base fixed
+    "examples.zoo.llama4_style:MODEL",  # a schedule: chunked RoPE layers and a NoPE layer
+    "examples.zoo.modernbert_style:ENCODER",  # a schedule: global and local bidirectional layers
+    "examples.zoo.falcon_multiquery:ATTENTION",  # one KV head only: declares kv_heads = (1,)
+    "examples.zoo.t5_relative_bias:ATTENTION",  # its layer's score_mod read from its own bias table
+)
+# Attention functions checked under a declaration of what they compute (attnspec/protocol/declared.py); not in
+# KERNELS, since the peers' recipes know neither mods nor documents.
+FLEX = "examples.zoo.flex_softcap_documents:attention"
+DECLARING = (
+    "examples.zoo.varlen_packed:attention",
+    "examples.zoo.alibi_bloom:attention",
+    "examples.zoo.tiled_gqa_attend:attention",
+    "examples.zoo.alibi_falcon:attention",  # Falcon's ALiBi: BLOOM's divided by sqrt(d), its head size fixed
+)
+CROSS = (  # cross-attention layers, checked by their white box alone
+    "examples.zoo.cross_attention:WHISPER",
+    "examples.zoo.cross_attention:TORCH_MHA",
+)
+ZOO = KERNELS + MODULES + DECLARING + CROSS
+
+# They read values out of tensors (.tolist(), .numpy()) or refuse the meta device (FlexAttention): the
+# device property needs a real second device.

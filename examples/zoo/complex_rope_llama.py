@@ -89,8 +89,7 @@ def rope(x, positions, base=10000.0):
 
 
 def layer(spec):
-    from attnspec.properties.hypothesis_helpers import randomize_
-    from attnspec.properties.targets import Layer
+    from attnspec import Layer, randomize_
 
     module = Attention(spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.base)
     module = randomize_(module, spec).to(spec.device, spec.dtype)
@@ -115,7 +114,7 @@ attention.rope = rope
 attention.layer = layer
 
 # The same layer without its declaration: the kit then holds it to half-split pairs, and it fails with a
-# diagnosis that names the interleaved pairs (properties/meta_tests/test_zoo.py).
+# diagnosis that names the interleaved pairs (tests/targets/test_zoo.py).
 UNDECLARED = types.SimpleNamespace(
     attention=attention, capabilities=attention.capabilities, rope=rope, layer=layer
 )

@@ -7,7 +7,7 @@ split by ``view(bsz, seq, heads, head_dim).transpose(1, 2)``; no mask (every que
 token) and no positions; the output projection and the residual.
 
 ``TORCH_MHA``: torch's ``nn.MultiheadAttention(embed_dim, heads, kdim=, vdim=, batch_first=True)``
-attending from x to the context, read by ``attnspec.properties.layouts.multihead_attention``.
+attending from x to the context, read by ``attnspec.protocol.layouts.multihead_attention``.
 
 Each builds its layer from the kit's LayerSpec (``context_dim``: the encoder's width) and reports its
 parameters; the kit checks it against the cross oracle (LAYER-3), and that its queries do not see
@@ -23,9 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnspec.properties.hypothesis_helpers import randomize_
-from attnspec.properties.layouts import multihead_attention, pre_norm, projections
-from attnspec.properties.targets import Layer, LayerSpec, Target
+from attnspec import Layer, LayerSpec, Target, multihead_attention, pre_norm, projections, randomize_
 
 
 class WhisperStyleCrossAttention(nn.Module):

@@ -77,10 +77,7 @@ class MultiQueryAttention(nn.Module):
 
 
 def layer(spec, block: type[MultiQueryAttention] = MultiQueryAttention):
-    from attnspec import CannotBuild
-    from attnspec.properties.hypothesis_helpers import randomize_
-    from attnspec.properties.layouts import fused_projections, pre_norm
-    from attnspec.properties.targets import Layer
+    from attnspec import CannotBuild, Layer, fused_projections, pre_norm, randomize_
 
     if spec.n_kv_heads != 1:
         raise CannotBuild(f"a multi-query block has one KV head, not {spec.n_kv_heads}")

@@ -19,7 +19,7 @@ The kit checks it as a black box (causality, prefixes, batches, each layer's win
 hidden states, the position table's length, chunked decoding, padding on both sides, a left-padded
 batch decoded in chunks) and, through ``layer(spec)``, its white box: one block with its MLP silenced
 (its output projection zeroed) is ``x + attn(LayerNorm(x))``, reported with the Conv1D weights read
-(in, out) (``attnspec.properties.layouts.fused_projections(..., in_out=True)``) and no RoPE.
+(in, out) (``attnspec.protocol.layouts.fused_projections(..., in_out=True)``) and no RoPE.
 
 A target of the zoo (examples/zoo/__init__.py).
 """
@@ -196,9 +196,7 @@ class LanguageModel(nn.Module):
 
 
 def layer(spec):
-    from attnspec.properties.hypothesis_helpers import randomize_
-    from attnspec.properties.layouts import fused_projections, pre_norm
-    from attnspec.properties.targets import Layer
+    from attnspec import Layer, fused_projections, pre_norm, randomize_
 
     block = randomize_(Block(spec.d_model, spec.n_heads, spec.window), spec)
     with torch.no_grad():

@@ -141,9 +141,7 @@ def white_box(block: type[GPTJBlock]):
     """layer(spec) for a block class: the block at the spec's sizes, its MLP silenced."""
 
     def layer(spec):
-        from attnspec.properties.hypothesis_helpers import randomize_
-        from attnspec.properties.layouts import pre_norm, projections
-        from attnspec.properties.targets import Layer
+        from attnspec import Layer, pre_norm, projections, randomize_
 
         config = GPTJConfig(spec.d_model, spec.n_heads, rotary_dim=spec.head_dim // 4, n_inner=8)
         module = randomize_(block(config), spec)

@@ -182,7 +182,7 @@ class Transformer(nn.Module):
 
 def schedule(args: ModelArgs):
     """Each layer's kind as Llama 4 lays them out: chunked with RoPE, every interval-th NoPE and full."""
-    from attnspec.properties.targets import LayerKind
+    from attnspec import LayerKind
 
     nope = [(i + 1) % args.nope_layer_interval == 0 for i in range(args.n_layers)]
     return tuple(
@@ -195,8 +195,7 @@ def white_box(block_class=TransformerBlock):
     chunked, layer interval - 1 the NoPE one), its feed-forward silenced."""
 
     def layer(spec):
-        from attnspec.properties.hypothesis_helpers import randomize_
-        from attnspec.properties.targets import CannotBuild, Layer, LayerKind
+        from attnspec import CannotBuild, Layer, LayerKind, randomize_
 
         kind = spec.kind or LayerKind("chunk", ModelArgs.attention_chunk_size)
         if (kind.mask, kind.rope) not in (("chunk", True), ("causal", False)):

@@ -15,7 +15,7 @@ each KV head's gradients over its group of query heads; the sink's gradient is `
 
 Because ``lse`` is rounded once at its own magnitude (about the row's largest logit) and the weights are
 not renormalised, every weight of a row carries that rounding: at logits near 120 in float32 the
-outputs move by a few 1e-6, which the tolerance's conditioning term allows for (specs/tolerance.py).
+outputs move by a few 1e-6, which the tolerance's conditioning term allows for (attnspec/specs/tolerance.py).
 
 Broken twin, ``lse_before_the_mask``: ``logsumexp`` taken over the whole row of logits and the mask
 applied to the weights afterwards, as a port of a non-causal reference does: the hidden keys still

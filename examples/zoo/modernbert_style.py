@@ -145,7 +145,7 @@ class Encoder(nn.Module):
 def schedule(config: EncoderConfig):
     """Global layers every n-th from the first, bidirectional with the global base; the others a local
     window of local_attention // 2 on either side, with the local base."""
-    from attnspec.properties.targets import LayerKind
+    from attnspec import LayerKind
 
     glob = LayerKind("bidirectional", base=config.global_rope_theta)
     local = LayerKind("local", config.local_attention // 2, base=config.local_rope_theta)
@@ -159,8 +159,7 @@ def white_box(layer_class=EncoderLayer):
     kind (a LayerNorm), at the spec's sizes and base, its MLP silenced."""
 
     def layer(spec):
-        from attnspec.properties.hypothesis_helpers import randomize_
-        from attnspec.properties.targets import CannotBuild, Layer, LayerKind
+        from attnspec import CannotBuild, Layer, LayerKind, randomize_
 
         kind = spec.kind or LayerKind("bidirectional")
         if kind.mask not in ("bidirectional", "local"):

@@ -132,9 +132,7 @@ def white_box(block: type[OLMoBlock]):
     """layer(spec) for a block class: the block at the spec's sizes, its MLP silenced."""
 
     def layer(spec):
-        from attnspec.properties.hypothesis_helpers import randomize_
-        from attnspec.properties.layouts import fused_projections
-        from attnspec.properties.targets import Layer
+        from attnspec import Layer, fused_projections, randomize_
 
         config = ModelConfig(spec.d_model, spec.n_heads, spec.n_kv_heads, mlp_hidden_size=8)
         config.rope_theta = spec.base

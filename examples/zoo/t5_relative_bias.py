@@ -100,9 +100,7 @@ class T5SelfAttention(nn.Module):
 
 
 def layer(spec, sublayer: type[T5SelfAttention] = T5SelfAttention):
-    from attnspec.properties.hypothesis_helpers import randomize_
-    from attnspec.properties.layouts import projections
-    from attnspec.properties.targets import Layer
+    from attnspec import Layer, projections, randomize_
 
     module = randomize_(sublayer(spec.d_model, spec.n_heads, spec.head_dim), spec).to(spec.device, spec.dtype)
     module.eval()

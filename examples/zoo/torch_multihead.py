@@ -7,7 +7,7 @@ sliding window.  No positions inside (a model adds them to its input).
 It is a module target (a black box, x (B, T, D) -> (B, T, D)) with its white box: ``layer(spec)``
 builds the module at the spec's sizes and reports the parameters nn.MultiheadAttention holds
 (``in_proj_weight`` split into q | k | v, ``in_proj_bias``, ``out_proj``) through
-``attnspec.properties.layouts.multihead_attention``.  Its width is n_heads * head_dim.
+``attnspec.protocol.layouts.multihead_attention``.  Its width is n_heads * head_dim.
 
 A target of the zoo (examples/zoo/__init__.py).
 """
@@ -36,9 +36,7 @@ class CausalSelfAttention(nn.Module):
 
 
 def layer(spec):
-    from attnspec.properties.hypothesis_helpers import randomize_
-    from attnspec.properties.layouts import multihead_attention
-    from attnspec.properties.targets import Layer
+    from attnspec import Layer, multihead_attention, randomize_
 
     module = randomize_(CausalSelfAttention(spec.d_model, spec.n_heads, spec.window), spec)
     module = module.to(spec.device, spec.dtype).eval()

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnspec.specs.mods import bidirectional
+from attnspec import bidirectional
 
 
 class SelfAttention(nn.Module):

@@ -1,1 +1,0 @@
-"""Built-in targets for `pytest properties --impl NAME` (see properties/targets.py)."""

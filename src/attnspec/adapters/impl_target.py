@@ -1,0 +1,132 @@
+"""impl/ itself: every capability, and every property (the default target)."""
+
+from __future__ import annotations
+
+import torch
+
+from attnspec.impl import (
+    AttentionBlock,
+    LanguageModel,
+    ModelConfig,
+    apply_rope,
+    scaled_dot_product_attention,
+)
+from attnspec.impl import attention as impl_attention
+from attnspec.kit.strategies import randomize_
+from attnspec.protocol.targets import CAPABILITIES, Layer, LayerRun, LayerSpec, Target
+from attnspec.specs.oracle import split_w_qkv
+
+
+def reported(block: AttentionBlock) -> dict:
+    """What impl's AttentionBlock reports as a Layer: its fused q|k|v split, its output projection, its
+    sinks, its RMSNorm pre-norm and its residual."""
+    config = block.config
+    return {
+        **split_w_qkv(block.qkv.weight, config.n_heads, config.n_kv_heads, config.head_dim),
+        "wo": block.out.weight,
+        "sinks": block.sinks,
+        "norm_weight": block.norm.weight,
+        "eps": config.norm_eps,
+        "residual": True,
+    }
+
+
+def layer(spec: LayerSpec) -> Layer:
+    """impl's AttentionBlock (pre-norm, residual, one fused q|k|v matrix) as layer 0 of one."""
+    config = ModelConfig(
+        d_model=spec.d_model,
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        head_dim=spec.head_dim,
+        n_layers=1,
+        window=spec.window,
+        window_layers="all",
+        use_sinks=spec.sinks,
+        rope_base=spec.base,
+    )
+    block = randomize_(AttentionBlock(config), spec).to(spec.device, spec.dtype)
+
+    def decode(x, chunks):
+        cache, outputs, start = block.new_cache(x.shape[1]), [], 0
+        for size in chunks:
+            outputs.append(block(x[:, start : start + size], offset=start, cache=cache))
+            start += size
+        return torch.cat(outputs, dim=1)
+
+    return Layer(lambda x, offset: block(x, offset=offset), **reported(block), decode=decode)
+
+
+def rope(x, positions, base=10000.0):
+    return apply_rope(x, positions, base=base)
+
+
+class Model(LanguageModel):
+    """impl's language model of two blocks, the window of 3 on the even layer, as a model target:
+    tokens -> logits, padded batches, decoding through its KV caches in chunks, each block's output.
+    Its embedding dropout is on in training, so that eval mode has something to switch off."""
+
+    def __init__(self) -> None:
+        config = ModelConfig(
+            d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, n_layers=2, window=3, vocab_size=37, dropout=0.1
+        )
+        super().__init__(config)
+        randomize_(self, 5)
+
+    def decode(self, tokens: torch.Tensor, chunks: list[int], attention_mask: torch.Tensor | None = None):
+        cache, outputs, start = self.new_cache(tokens.shape[1]), [], 0
+        for size in chunks:
+            stop = start + size
+            mask = None if attention_mask is None else attention_mask[:, :stop]
+            outputs.append(self(tokens[:, start:stop], mask, start, cache))
+            start = stop
+        return torch.cat(outputs, dim=1)
+
+    def hidden_states(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's output: MOD-5 then places the window on the even layer."""
+        x, outputs = self.embed(tokens), []
+        for block in self.stack.blocks:
+            x = block(x)
+            outputs.append(x)
+        return outputs
+
+    def layer_runs(self, tokens: torch.Tensor) -> list[LayerRun]:
+        """Each block's attention sublayer (x + attention(norm(x)), its MLP a sublayer of its own) as
+        the model's forward runs it: MOD-13 holds each to the oracle layer of its kind."""
+        runs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        hooks = [
+            block.attn.register_forward_hook(lambda module, args, out: runs.append((args[0], out)))
+            for block in self.stack.blocks
+        ]
+        try:
+            self(tokens)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        cfg = self.config
+        sizes = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rope_base)
+        return [
+            LayerRun(x, out, Layer(None, **reported(block.attn)), *sizes)
+            for (x, out), block in zip(runs, self.stack.blocks, strict=True)
+        ]
+
+
+MODEL = Model()
+
+
+# impl tiles causal attention over more than QUERY_TILE queries (src/attnspec/impl/attention.py): the kernel
+# properties draw lengths around that switch, a ragged last tile of one and two queries included.
+TARGET = Target(
+    "impl",
+    scaled_dot_product_attention,
+    frozenset(CAPABILITIES) - {"no_positions", "cross"},  # its model has RoPE; its layers self-attend
+    "attnspec's impl/",
+    layer=layer,
+    rope=rope,
+    module=MODEL,
+    windows=(3, None),
+    decode=MODEL.decode,
+    vocab_size=MODEL.config.vocab_size,
+    hidden_states=MODEL.hidden_states,
+    layer_runs=MODEL.layer_runs,
+    switches=(impl_attention.QUERY_TILE + 1,),
+)

@@ -1,0 +1,40 @@
+"""The target of a run, loaded as the kit checks it: its declaration checked and translated
+(attnspec/protocol/declared.py), and its attention's calls recorded, for a failure's reproducer
+(recording.py), with its inputs in the memory layouts model code hands attention
+(attnspec/protocol/memory_layouts.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from attnspec.kit.recording import recorded
+from attnspec.protocol import declared
+from attnspec.protocol.memory_layouts import laid_out
+from attnspec.protocol.targets import ENV, Target, as_target, resolve
+
+
+def load(name: str) -> Target:
+    """The target called ``name``: a built-in adapter or "package.module:object"."""
+    target = as_target(name, resolve(name))
+    problems = declared.problems(target)
+    if problems:
+        raise ValueError("; ".join(problems))
+    target = declared.translated(target)
+    if target.attention is None or name == "impl":
+        return target
+    attention = recorded(target.attention)  # a failure's calls, for its reproducer
+    # the inputs in the memory layouts model code produces, unless it needs contiguous ones
+    return replace(target, attention=attention if target.needs_contiguous else laid_out(attention))
+
+
+_current: Target | None = None
+
+
+def current() -> Target:
+    """The target of this run (``$ATTNSPEC_IMPL``, which --impl sets; impl/ by default)."""
+    global _current
+    name = os.environ.get(ENV, "impl") or "impl"
+    if _current is None or _current.name != name:
+        _current = load(name)
+    return _current

@@ -1,0 +1,1 @@
+"""The kit's helpers: strategies, layouts, laws, diagnosis, the tiled-path claims, target loading."""

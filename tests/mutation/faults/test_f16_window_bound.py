@@ -1,0 +1,39 @@
+"""F16 (f16_window_bound.py): window bound off by one (W+1 keys, an inclusive bound, or W-1).
+
+Its idioms: the window's bound off by one."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.mutation import body, changed, mutate
+
+
+@pytest.mark.parametrize(
+    ("code", "fault", "expected"),
+    [
+        ("return kv_idx > q_idx - window", "F16", {"return kv_idx >= q_idx - window"}),
+        (
+            "m = torch.arange(target_length) <= cache_position.reshape(-1, 1) - sliding_window",
+            "F16",
+            {"m = torch.arange(target_length) < cache_position.reshape(-1, 1) - sliding_window"},
+        ),
+        (
+            "m = torch.tril(full, diagonal=-window)",
+            "F16",
+            {"m = torch.tril(full, diagonal=-window - 1)", "m = torch.tril(full, diagonal=-window + 1)"},
+        ),
+    ],
+)
+def test_its_operators_recognise_real_idioms(code, fault, expected):
+    assert set(changed(code, fault)) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "fault"),
+    [
+        ("if window < 1:\n        raise ValueError('w')", "F16"),  # a check, not a bound on keys
+    ],
+)
+def test_its_operators_leave_look_alikes_alone(code, fault):
+    assert mutate(body(code), fault) == []
