@@ -1,8 +1,8 @@
 """`attnspec check TARGET`: run the kit's properties against your attention code.
 
 TARGET is ``package.module:object`` (importable from the current directory) or a built-in adapter
-name.  The run is pytest over attnspec.kit.properties, without the suite's own meta tests and without
-the tests of attnspec's own implementation.  It prints each failed property on one line (its
+name.  The run is pytest over the kit's properties (attnspec.kit.properties; the tool's own tests,
+impl's included, stay in its repository).  It prints each failed property on one line (its
 requirement ids, its test, the first line of its message) with the smallest case Hypothesis found
 it failing on, instead of pytest's tracebacks (`--tb long` adds those), then the target's
 capability table and a one-line verdict.

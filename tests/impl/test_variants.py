@@ -48,7 +48,7 @@ from attnspec.kit.strategies import (
     spanning_tiles,
 )
 from attnspec.specs import mods
-from attnspec.specs.oracle import attention_oracle, mask_oracle, visible_for
+from attnspec.specs.oracle import Call, attention_oracle, mask_oracle, visible_for
 
 CAPS = (0.5, 2.0, 30.0)  # a cap that binds on logits of unit size, one that binds on large ones, one loose
 
@@ -104,9 +104,8 @@ def test_soft_capped_logits_stay_within_the_cap_and_hidden_keys_at_zero(case, so
     call = case.keywords(sinks, device)
     variants, _ = variant_keywords(case.n_heads, softcap, alibi, device)
     _, w = scaled_dot_product_attention(q, k, v, **call, **variants, return_weights=True)
-    allowed = visible_for(
-        q, k, call.get("causal", True), case.window, document_ids=call.get("document_ids")
-    ).to(device)
+    mask = Call(causal=call.get("causal", True), window=case.window, document_ids=call.get("document_ids"))
+    allowed = visible_for(q, k, mask).to(device)
     assert_exactly_zero(w.masked_fill(allowed, 0.0), f"weights of hidden keys with soft-cap {softcap}")
     log_w = torch.log(w.masked_fill(~allowed, math.nan))
     spread = log_w.nan_to_num(nan=-math.inf).amax(-1) + (-log_w).nan_to_num(nan=-math.inf).amax(-1)

@@ -16,6 +16,7 @@ from attnspec.kit.loading import current
 from attnspec.protocol.declared import kit_mods
 from attnspec.specs.mods import alibi, alibi_slopes, composed, score_values, soft_cap
 from attnspec.specs.oracle import (
+    Call,
     attention_block_oracle,
     attention_grad_oracle,
     attention_oracle,
@@ -76,7 +77,7 @@ def declared_mask(q: torch.Tensor, k: torch.Tensor, causal: bool = True, window=
     declaration (its mask_mod, or the causal mask and window of the call; its documents).  Keywords the
     mask does not read (sinks, scale) are accepted, so a call's keywords can be passed as they are."""
     _, mask_mod = kit_mods(current(), q.shape[1], k.shape[1])
-    return visible_for(q, k, causal, window, mask_mod=mask_mod, document_ids=document_ids)
+    return visible_for(q, k, Call(causal=causal, window=window, mask_mod=mask_mod, document_ids=document_ids))
 
 
 def seen_keys(q: torch.Tensor, k: torch.Tensor, **call) -> torch.Tensor:

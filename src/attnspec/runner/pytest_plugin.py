@@ -1,7 +1,7 @@
 """`pytest --attnspec TARGET`: the kit's properties inside your own pytest session.
 
 A pytest plugin (the wheel registers it under the ``pytest11`` entry point ``attnspec``) that adds the
-kit's properties (attnspec.kit.properties: its test_*.py files, never the suite's own meta tests) to what
+kit's properties (attnspec.kit.properties: its test_*.py files) to what
 your session collects, run against TARGET (``package.module:object`` or a built-in adapter, as
 `attnspec check` takes it): with your conftest fixtures and hooks, your -k / -m selection, your
 --junitxml and your CI's reporting, alongside your own tests.

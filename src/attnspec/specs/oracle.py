@@ -12,12 +12,45 @@ imports impl/.  Weights use the nn.Linear layout: y = x @ W^T with W of shape (o
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .mods import mask_values, same_document, score_slopes
+from .mods import MaskMod, ScoreMod, mask_values, same_document, score_slopes
 
 GOLDEN = torch.float64
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a call of attention asks for beyond q, k and v, in the specification's words: the mask (a
+    declared ``mask_mod`` is the whole of it; else ``causal`` and a ``window`` of W keys, p-W < j <= p),
+    then the keys of the query's own document (``document_ids`` (B, Tk)) and real tokens' keys
+    (``padding_mask`` (B, Tk)); the ``sinks`` (Hq,), the ``scale`` (1/sqrt(d) when None) and a declared
+    ``score_mod`` applied to each scaled logit.  The oracle's functions take these as keywords and hand
+    them on as one Call."""
+
+    causal: bool = True
+    window: int | None = None
+    sinks: torch.Tensor | None = None
+    scale: float | None = None
+    padding_mask: torch.Tensor | None = None
+    document_ids: torch.Tensor | None = None
+    score_mod: ScoreMod | None = None
+    mask_mod: MaskMod | None = None
+
+
+def call_of(options: dict[str, Any], function: str, padding: bool = True) -> Call:
+    """The Call of ``function``'s keyword ``options`` (a TypeError naming the function for an unknown
+    one, or for a padding mask it does not take)."""
+    if not padding and options.get("padding_mask") is not None:
+        raise TypeError(f"{function}() takes no padding_mask")
+    try:
+        return Call(**options)
+    except TypeError:
+        unknown = sorted(set(options) - set(Call.__dataclass_fields__))
+        raise TypeError(f"{function}() got unexpected keyword arguments {unknown}") from None
 
 
 def visible_keys(i: int, tq: int, tk: int, causal: bool = True, window: int | None = None) -> list[int]:
@@ -43,48 +76,24 @@ def _on_cpu(q, k, v, scale: float | None, dtype: torch.dtype):
     return q, k, v, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
-def visible(
-    batch: int,
-    n_heads: int,
-    tq: int,
-    tk: int,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    mask_mod=None,
-    document_ids: torch.Tensor | None = None,
-    padding_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """(B, Hq, Tq, Tk) 'may attend': the declared ``mask_mod`` where there is one (it is the whole
-    mask: ``causal`` and ``window`` do not apply), else visible_keys; then only keys of the query's own
+def visible(batch: int, n_heads: int, tq: int, tk: int, call: Call) -> torch.Tensor:
+    """(B, Hq, Tq, Tk) 'may attend': the call's ``mask_mod`` where there is one (it is the whole mask:
+    ``causal`` and ``window`` do not apply), else visible_keys; then only keys of the query's own
     document (``document_ids`` (B, Tk)) and real tokens' keys (``padding_mask`` (B, Tk))."""
-    if mask_mod is not None:
-        seen = mask_values(mask_mod, batch, n_heads, tq, tk)
+    if call.mask_mod is not None:
+        seen = mask_values(call.mask_mod, batch, n_heads, tq, tk)
     else:
-        seen = mask_oracle(tq, tk, causal, window).expand(batch, n_heads, tq, tk)
-    if document_ids is not None:
-        seen = seen & same_document(document_ids, tq)[:, None]
-    if padding_mask is not None:
-        seen = seen & padding_mask.detach().cpu().bool()[:, None, None, :]
+        seen = mask_oracle(tq, tk, call.causal, call.window).expand(batch, n_heads, tq, tk)
+    if call.document_ids is not None:
+        seen = seen & same_document(call.document_ids, tq)[:, None]
+    if call.padding_mask is not None:
+        seen = seen & call.padding_mask.detach().cpu().bool()[:, None, None, :]
     return seen
 
 
-def visible_for(
-    q, k, causal: bool = True, window: int | None = None, padding_mask=None, mask_mod=None, document_ids=None
-) -> torch.Tensor:
+def visible_for(q, k, call: Call) -> torch.Tensor:
     """visible() for the problem of q (B, Hq, Tq, d) over k (B, Hkv, Tk, d)."""
-    batch, n_heads, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    return visible(
-        batch,
-        n_heads,
-        tq,
-        tk,
-        causal=causal,
-        window=window,
-        mask_mod=mask_mod,
-        document_ids=document_ids,
-        padding_mask=padding_mask,
-    )
+    return visible(q.shape[0], q.shape[1], q.shape[2], k.shape[2], call)
 
 
 def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -125,28 +134,17 @@ def _softmax_rows(q, k, visible: torch.Tensor, sinks, scale: float, score_mod=No
 
 
 def attention_oracle(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-    scale: float | None = None,
-    dtype: torch.dtype = GOLDEN,
-    padding_mask: torch.Tensor | None = None,
-    score_mod=None,
-    mask_mod=None,
-    document_ids: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype = GOLDEN, **options: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output (B,Hq,Tq,dv), weights (B,Hq,Tq,Tk)) of softmax(score_mod(q.k * scale) + M, sink) v, M
     from visible(): ``mask_mod`` or the causal mask and window, ``document_ids``, ``padding_mask``
     (a query left without any visible key outputs 0, whatever its sink).  Each output row sums its
     visible values one key at a time, in ``dtype``, in key order."""
-    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    call = call_of(options, "attention_oracle")
+    q, k, v, scale = _on_cpu(q, k, v, call.scale, dtype)
     tk = k.shape[2]
-    visible = visible_for(q, k, causal, window, padding_mask, mask_mod, document_ids)
-    weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., :tk]
+    visible = visible_for(q, k, call)
+    weights = _softmax_rows(q, k, visible, call.sinks, scale, call.score_mod)[..., :tk]
     values = _per_query_head(v, q.shape[1])
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
     for j in range(tk):
@@ -155,24 +153,14 @@ def attention_oracle(
 
 
 def attention_oracle_by_rows(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-    scale: float | None = None,
-    dtype: torch.dtype = GOLDEN,
-    score_mod=None,
-    mask_mod=None,
-    document_ids: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype = GOLDEN, **options: Any
 ) -> torch.Tensor:
     """The output of attention_oracle, each row's weighted values summed at once instead of one key at
     a time (in float64 as a product of matrices): the same formula for sequences of hundreds of keys."""
-    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
-    visible = visible_for(q, k, causal, window, None, mask_mod, document_ids)
-    weights = _softmax_rows(q, k, visible, sinks, scale, score_mod)[..., : k.shape[2]]
+    call = call_of(options, "attention_oracle_by_rows", padding=False)
+    q, k, v, scale = _on_cpu(q, k, v, call.scale, dtype)
+    visible = visible_for(q, k, call)
+    weights = _softmax_rows(q, k, visible, call.sinks, scale, call.score_mod)[..., : k.shape[2]]
     values = _per_query_head(v, q.shape[1])
     if dtype == GOLDEN:
         return weights @ values
@@ -185,14 +173,8 @@ def attention_grad_oracle(
     v: torch.Tensor,
     d_out: torch.Tensor,
     *,
-    causal: bool = True,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-    scale: float | None = None,
     dtype: torch.dtype = GOLDEN,
-    score_mod=None,
-    mask_mod=None,
-    document_ids: torch.Tensor | None = None,
+    **options: Any,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(dq, dk, dv, dsinks) of the loss sum(out * d_out), from the derivative of the formula: with p a
     row's probabilities over its visible keys (and its sink), out_i = sum_j p_j v_j,
@@ -205,11 +187,13 @@ def attention_grad_oracle(
     takes it by autograd in the dtype).  KV head g gathers the gradients of every query head it serves,
     and dv, dk and dsinks gather them one query row at a time, in the dtype; a row that sees nothing
     adds 0."""
-    q, k, v, scale = _on_cpu(q, k, v, scale, dtype)
+    call = call_of(options, "attention_grad_oracle", padding=False)
+    sinks, score_mod = call.sinks, call.score_mod
+    q, k, v, scale = _on_cpu(q, k, v, call.scale, dtype)
     d_out = d_out.detach().cpu().to(dtype)
     tk, tq, n_heads = k.shape[2], q.shape[2], q.shape[1]
     group = n_heads // k.shape[1]
-    visible = visible_for(q, k, causal, window, None, mask_mod, document_ids)
+    visible = visible_for(q, k, call)
     rows = _softmax_rows(q, k, visible, sinks, scale, score_mod)
     slopes = None if score_mod is None else _logits(q, k, scale, score_mod)[1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .mods import score_slopes
-from .oracle import visible
+from .oracle import call_of, visible
 
 FUDGE = 4.0
 FLOOR = {
@@ -85,21 +86,12 @@ class LogitErrors:
 
 
 def logit_errors(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-    scale: float | None = None,
-    dtype: torch.dtype = torch.float32,
-    score_mod=None,
-    mask_mod=None,
-    document_ids: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, dtype: torch.dtype = torch.float32, **options: Any
 ) -> LogitErrors:
     """How far each logit of a correct formulation that scores in ``dtype`` may be from the oracle's,
     and the float64 probabilities it perturbs (attention_conditioning has the derivation)."""
+    call = call_of(options, "logit_errors", padding=False)
+    scale, sinks, score_mod = call.scale, call.sinks, call.score_mod
     u = torch.finfo(dtype).eps / 2
     q, k, v = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
     batch, n_heads, tq, head_dim = q.shape
@@ -109,9 +101,7 @@ def logit_errors(
     k, v = k[:, heads], v[:, heads]
     s = (q @ k.transpose(-2, -1)) * scale
     delta = u * (LOGIT_ROUNDINGS * s.abs() + q.abs() @ k.abs().transpose(-2, -1) * abs(scale))
-    allowed = visible(
-        batch, n_heads, tq, tk, causal=causal, window=window, mask_mod=mask_mod, document_ids=document_ids
-    )
+    allowed = visible(batch, n_heads, tq, tk, call)
     slope = None
     if score_mod is not None:
         modified, slope = score_slopes(score_mod, s)
