@@ -5,7 +5,7 @@ Each is checked against the oracle with the reference mod of attnspec/specs/mods
 GQA, decode, queries that see no key, documents, a scale, every dtype), and by a law of its own that
 needs no oracle: a soft-capped logit stays within the cap, and ALiBi's weights fall by exactly
 e^slope per key of distance when the scores are equal.  The block and the stack draw both variants
-too (hypothesis_helpers.block_cases), which takes them through BLOCK-1 and the KV cache (CACHE-1); a
+too (strategies.block_cases), which takes them through BLOCK-1 and the KV cache (CACHE-1); a
 windowed ALiBi block decoded token by token past its window checks that the wrapped cache hands a
 token its keys oldest first, as ALiBi's distances need.  The variants' slopes, positions and labels
 are made on q's device (run on the meta device, where one made elsewhere fails), and malformed ones

@@ -137,7 +137,7 @@ def user_dir(tmp_path_factory) -> Path:
     return cwd
 
 
-def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
+def test_the_wheel_holds_one_import_name_and_none_of_the_repositorys_own_code(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names}
     assert top == {"attnspec", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
@@ -145,7 +145,14 @@ def test_the_wheel_holds_one_import_name_and_no_meta_tests(wheel: Path):
     # the conventions the messages point to come with it, the same text as the repository's
     conventions = zipfile.ZipFile(wheel).read("attnspec/CONVENTIONS.md").decode()
     assert conventions == (REPO / "src/attnspec/CONVENTIONS.md").read_text(encoding="utf-8")
-    assert not [name for name in names if "meta_tests" in name or "/tests/" in name]
+    # no test module of the tool's own (the kit's properties are the product: attnspec/kit/properties/)
+    tests = [name for name in names if name.rpartition("/")[2].startswith("test_")]
+    assert tests and all(name.startswith("attnspec/kit/properties/test_") for name in tests), tests
+    conftests = [name for name in names if name.endswith("conftest.py")]
+    assert conftests == ["attnspec/kit/properties/conftest.py"], conftests
+    assert not [name for name in names if "/tests/" in name or "/fixtures/" in name]
+    # nor the repository's own code: its campaigns, benches, examples and docs
+    assert not [name for name in names if name.split("/")[1:2] in (["campaigns"], ["benches"], ["examples"])]
     # what `attnspec check` runs on comes with it (this test's venv borrows them instead)
     (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
     requires = re.findall(

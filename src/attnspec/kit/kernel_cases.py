@@ -1,5 +1,5 @@
 """Hypothesis strategies for blocked, online-softmax kernels (test_kernels.py): attention problems
-whose lengths and windows land on the target's block sizes and path switches (blocks.py), and
+whose lengths and windows land on the target's block sizes and path switches (kernel_blocks.py), and
 logits steered to where such kernels break (the largest one in a late block, all far below zero).
 """
 

@@ -180,7 +180,7 @@ class Target:
     module: Callable | None = None
     d_model: int | None = None
     windows: tuple[int | None, ...] = ()
-    # the longest sequence it takes: a module's T; an attention target's Tq and Tk (hypothesis_helpers:
+    # the longest sequence it takes: a module's T; an attention target's Tq and Tk (kit/strategies.py:
     # fit_to_target shortens every case to it)
     max_len: int | None = None
     max_batch: int | None = None  # the largest batch an attention target takes (fit_to_target)

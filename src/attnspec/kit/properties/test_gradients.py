@@ -91,7 +91,7 @@ def where_wrong(name: str, wrong: torch.Tensor, case: AttnCase) -> str:
 
 def assert_gradients_golden(grads, golden, reference, case: AttnCase, what: str, conditioning) -> None:
     """Each gradient within the golden bound of its own (specs/tolerance.py), with the conditioning term of
-    dQ, dK and dV (``conditioning``: pytest_helpers.Conditioning with the upstream gradient) where the bound
+    dQ, dK and dV (``conditioning``: asserts.Conditioning with the upstream gradient) where the bound
     without it fails; a failure names every wrong gradient and where its wrong rows sit in the kernel's
     blocks."""
     wrong = []

@@ -5,7 +5,7 @@ masks the blocks a diagonal or a window edge cuts, and switches path with the pr
 bugs live at block boundaries (KERN-1, causal and not), in the running statistics (KERN-2), in masks
 that cut through a block (KERN-3), at logits or sinks far beyond exp's range (KERN-4) and in the GQA
 head index inside the kernel (KERN-5).  None of these properties needs the attention weights.  Cases
-land on the target's declared block sizes and path switches (``blocks``/``switches``, blocks.py),
+land on the target's declared block sizes and path switches (``blocks``/``switches``, kernel_blocks.py),
 or on common block sizes when it declares none, so every profile meets a few long sequences.
 """
 
