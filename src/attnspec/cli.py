@@ -15,7 +15,7 @@ runaway allocation included); 2 the target could not be checked (it cannot be im
 the protocol says, nothing ran, bad arguments, the run was interrupted).
 
 `attnspec specs [-v]` prints the requirements and the tests that check them; `attnspec conventions`
-prints src/attnspec/CONVENTIONS.md, the conventions and the target protocol the properties hold a target to;
+prints CONVENTIONS.md, the conventions and the target protocol the properties hold a target to;
 `attnspec mutate SOURCE... -- TEST COMMAND` grades your own tests with the fault catalogue
 (src/attnspec/mutation/cli.py).
 """
@@ -517,7 +517,7 @@ def parser() -> argparse.ArgumentParser:
     add_arguments(catalogue).set_defaults(run=specs)
     commands.add_parser(
         "conventions",
-        help="print src/attnspec/CONVENTIONS.md: the conventions and the target protocol",
+        help="print CONVENTIONS.md: the conventions and the target protocol",
         description="Print CONVENTIONS.md: the conventions the properties hold a target to, the target "
         "protocol and its capabilities, the neighbouring conventions the kit names, the tolerance policy.",
     ).set_defaults(run=conventions)

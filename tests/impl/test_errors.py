@@ -182,7 +182,7 @@ def test_mixed_dtypes(case, name, odd, device):
 @pytest.mark.req("ERR-1", "MASK-2")
 @given(case=small_cases, window=st.integers(-5, 0))
 def test_window_below_one(case, window, device):
-    # src/attnspec/CONVENTIONS.md: W < 1 is a ValueError; the message names the window and its value.
+    # CONVENTIONS.md: W < 1 is a ValueError; the message names the window and its value.
     args = valid(case, device)
     with pytest.raises(ValueError, match=names_value("window", window)):
         call(args, window=window)

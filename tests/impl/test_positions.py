@@ -1,6 +1,6 @@
 """Positions: impl's rotary embeddings (ROPE-*), sinusoidal encodings and the learned table (PE-*).
 
-RoPE convention (src/attnspec/CONVENTIONS.md): feature i is paired with feature i + d/2 and the pair at
+RoPE convention (CONVENTIONS.md): feature i is paired with feature i + d/2 and the pair at
 position p is rotated by the angle p * base^(-2i/d), base 10000.  The laws every target's RoPE
 obeys are in test_rope.py; here are impl's own forms (offset, 2-D input, device, errors, the
 block), held to exact angles (impl builds its angle table in float64).

@@ -61,7 +61,7 @@ class KVCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys (B, Hkv, C, d) and values (B, Hkv, C, dv) for positions offset .. offset+C-1
         and return every key and value that one of these C queries may see, oldest first; the new
-        ones come last, so the queries sit bottom-right (src/attnspec/CONVENTIONS.md's alignment).
+        ones come last, so the queries sit bottom-right (CONVENTIONS.md's alignment).
 
         ``any_order``: the caller's attention does not care in which order a single query's keys come
         (nothing, such as a padding mask, has to line up with them).  One new token then gets them in

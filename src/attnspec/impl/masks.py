@@ -1,6 +1,6 @@
 """Attention masks: causal, sliding-window band, bottom-right alignment, layer schedule.
 
-Convention (src/attnspec/CONVENTIONS.md): a mask is boolean and True means "may attend".  Queries are
+Convention (CONVENTIONS.md): a mask is boolean and True means "may attend".  Queries are
 aligned bottom-right: with Tq queries over Tk keys, query i sits at absolute position
 Tk - Tq + i.  With a window W, that query sees key j iff  pos - W < j <= pos.
 """

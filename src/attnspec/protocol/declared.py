@@ -4,7 +4,7 @@ takes (the "documents" capability).  The kit checks it under its declaration wit
 
 Conventions are exact translations at the target's boundary, so that no property, oracle or strategy
 needs to know about them: the kit calls the translated target with attnspec's conventions
-(src/attnspec/CONVENTIONS.md), and the translation calls the user's code with the problem restated in theirs.
+(CONVENTIONS.md), and the translation calls the user's code with the problem restated in theirs.
 
 - ``rope-interleaved``: RoPE rotates the pairs (x_2i, x_2i+1), as GPT-J and Meta's original Llama code
   (through complex numbers) do.  The kit's half-split feature i is the target's 2i, its i + d/2 the

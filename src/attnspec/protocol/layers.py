@@ -138,7 +138,7 @@ class Layer:
     out = Wo . attn(RoPE(x' Wq^T + bq), RoPE(x' Wk^T + bk), x' Wv^T + bv) + bo, plus x when
     ``residual``; x' is x after the layer's pre-norm when it has one (``norm_weight`` given):
     RMSNorm (``norm="rms"``) or LayerNorm (``norm="layer"``, with ``norm_bias``), with ``eps``.
-    RoPE uses half-split pairs at positions offset.. (src/attnspec/CONVENTIONS.md), after each head's q/k norm
+    RoPE uses half-split pairs at positions offset.. (CONVENTIONS.md), after each head's q/k norm
     when it has one (``q_norm``, ``k_norm``), over the first ``rotary_dim`` features of each head when
     it rotates only those; a layer with ``rope=False`` rotates nothing (it has no positions, or absolute
     ones are added to x before it).  ``scale`` replaces 1/sqrt(d); ``post_norm`` is a sandwich norm

@@ -28,7 +28,7 @@ and, for the layer properties (capability "layer"), a whole attention layer:
         module target may have one too: its white box (a black box cannot see a wrong scale)
 
 and, declaring what its attention computes beyond the plain causal softmax (src/attnspec/protocol/declared.py,
-src/attnspec/CONVENTIONS.md), FlexAttention's ``score_mod`` and ``mask_mod``, ``conventions`` it follows on
+CONVENTIONS.md), FlexAttention's ``score_mod`` and ``mask_mod``, ``conventions`` it follows on
 purpose, the ``heads`` it takes, and with "documents" ``document_ids=`` (B, Tk) on every call.
 
 NAME is a built-in adapter (ADAPTERS) or ``package.module:object`` for your own code, where the

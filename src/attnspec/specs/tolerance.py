@@ -1,4 +1,4 @@
-"""The numerical tolerance policy (src/attnspec/CONVENTIONS.md), in one place.
+"""The numerical tolerance policy (CONVENTIONS.md), in one place.
 
     max|out - golden| <= FUDGE * max|ref_lowp - golden| + conditioning + FLOOR[dtype] * max(1, max|golden|)
 

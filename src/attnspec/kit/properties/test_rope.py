@@ -1,6 +1,6 @@
 """Rotary embeddings of any target (--impl with the "rope" capability): ROPE-1, -2, -3.
 
-RoPE convention (attnspec/CONVENTIONS.md): feature i is paired with feature i + d/2 and the pair at position p
+RoPE convention (CONVENTIONS.md): feature i is paired with feature i + d/2 and the pair at position p
 is rotated by the angle p * base^(-2i/d); a target that declares ``rotary_pct`` rotates the first r =
 int(d * rotary_pct) features so (d read as r) and passes the rest unchanged. The oracle in the tested
 dtype builds its angle table in that dtype too, as transformers and gpt-oss do (float32); impl's own
