@@ -76,7 +76,9 @@ def rechecks(folder: Path, profile: str, saves: int) -> list[float]:
     (folder / "toy.py").write_text((REPO_ROOT / "examples" / "toy_attention.py").read_text())
     command = [sys.executable, "-m", "attnspec", "check", "toy:attention", "--watch", "--profile", profile]
     output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    watcher = subprocess.Popen(command, cwd=folder, **output)
+    # Ctrl-C as a terminal delivers it, even where this run inherited SIGINT ignored (a backgrounded job)
+    reset = {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)}
+    watcher = subprocess.Popen(command, cwd=folder, **output, **reset)
     times = []
     try:
         for save in range(saves + 1):

@@ -712,8 +712,16 @@ def test_a_fast_target_runs_the_whole_default_profile(user_dir: Path):
 def test_watch_checks_again_on_every_save_from_a_warm_process(user_dir: Path):
     command = [sys.executable, "-m", "attnspec", "check", "toy:attention", "--watch", "--profile", "quick"]
     command += ["-k", "test_matches_the_oracle"]
+    # Ctrl-C as a terminal delivers it: a run started in the background by a shell without job control
+    # (CI's, a backgrounded tox) ignores SIGINT, and the watcher would inherit that and never stop
     watcher = subprocess.Popen(
-        command, cwd=user_dir, env=users_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=user_dir,
+        env=users_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     stuck = threading.Timer(300, watcher.kill)  # a watcher that never says it checked fails, not hangs
