@@ -135,9 +135,9 @@ def chunked(size: int) -> MaskMod:
     keys of its own block up to itself."""
 
     def chunked(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (torch.div(q_idx, size, rounding_mode="floor") == torch.div(
-            kv_idx, size, rounding_mode="floor"
-        ))
+        return (kv_idx <= q_idx) & (
+            torch.div(q_idx, size, rounding_mode="floor") == torch.div(kv_idx, size, rounding_mode="floor")
+        )
 
     chunked.__qualname__ = f"chunked({size})"
     return chunked
@@ -186,6 +186,7 @@ def soft_cap(cap: float) -> ScoreMod:
         return cap * torch.tanh(score / cap)
 
     soft_cap.__qualname__ = f"soft_cap({cap:g})"  # how messages name it
+    soft_cap.cap = cap  # type: ignore[attr-defined]  # what the diagnosis's counterfactuals read
     return soft_cap
 
 
@@ -209,6 +210,7 @@ def alibi(slopes: list[float] | torch.Tensor) -> ScoreMod:
         return score + table.to(score.dtype)[h] * (kv_idx - q_idx).to(score.dtype)
 
     alibi.__qualname__ = f"alibi({len(table)} heads)"  # how messages name it
+    alibi.slopes = table  # type: ignore[attr-defined]  # what the diagnosis's counterfactuals read
     return alibi
 
 

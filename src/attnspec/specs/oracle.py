@@ -398,6 +398,7 @@ def layer_qkv_oracle(
     qk_norm: str = "rms",
     qk_norm_over: str = "head",
     dtype: torch.dtype = GOLDEN,
+    positions: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """RoPE(q) (B, Hq, T, d), RoPE(k) and v (B, Hkv, T, d) of an attention layer: x after its pre-norm
     (pre_norm_oracle) times each matrix (plus its bias), head i = features i*d .. (i+1)*d - 1,
@@ -407,7 +408,8 @@ def layer_qkv_oracle(
     ``qk_norm`` "rms" or "layer" with ``q_norm_bias`` and ``k_norm_bias``, ``qk_norm_over`` "head" with
     gains (d,) as Qwen3 and Gemma 3 have them or (H, d), or "width" with gains (H * d,)).  With
     ``rotary_dim`` r, RoPE rotates the first r features of each head only (rope_oracle).  A layer whose
-    norm comes after its residual (``norm_at="post"``) projects x itself."""
+    norm comes after its residual (``norm_at="post"``) projects x itself.  ``positions`` (one per token)
+    replaces offset, offset + 1, ... as the positions RoPE rotates by."""
     x = x.detach().cpu().to(dtype)
     batch, seq, _ = x.shape
     h = pre_norm_oracle(x, norm, norm_weight, norm_bias, eps, dtype) if norm_at == "pre" else x
@@ -428,7 +430,7 @@ def layer_qkv_oracle(
     if k_norm is not None:
         k = qk_norm_oracle(k, k_norm, k_norm_bias, eps, qk_norm, qk_norm_over, dtype)
     if rope:
-        positions = list(range(offset, offset + seq))
+        positions = list(range(offset, offset + seq)) if positions is None else positions
         q = rope_oracle(q, positions, base, dtype, pairs, angles_in_dtype, rotary_dim)
         k = rope_oracle(k, positions, base, dtype, pairs, angles_in_dtype, rotary_dim)
     return q, k, heads(project(wv, bv), n_kv_heads)
@@ -512,6 +514,24 @@ def attention_layer_oracle(
         q, k, v, window=window, sinks=sinks, scale=scale, dtype=dtype, score_mod=score_mod, mask_mod=mask_mod
     )
     merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)  # (B, T, Hq*d)
+    return layer_output_oracle(
+        x, merged, wo=wo, bo=bo, residual=residual, post_norm=post_norm, dtype=dtype, **qkv
+    )
+
+
+def layer_output_oracle(
+    x: torch.Tensor,
+    merged: torch.Tensor,
+    *,
+    wo: torch.Tensor,
+    bo: torch.Tensor | None = None,
+    residual: bool = False,
+    post_norm: torch.Tensor | None = None,
+    dtype: torch.dtype = GOLDEN,
+    **qkv,
+) -> torch.Tensor:
+    """The end of attention_layer_oracle: the heads' outputs ``merged`` (B, T, Hq*d) through Wo (+ bo),
+    its post-norm, the residual and a norm after it (``norm_at="post"`` in ``qkv``)."""
     out = merged @ wo.detach().cpu().to(dtype).T
     if bo is not None:
         out = out + bo.detach().cpu().to(dtype)
