@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -310,7 +311,8 @@ def check(args: argparse.Namespace) -> int:
     if report.failures:
         print()
         diagnosis = None
-        if target.name != "impl":
+        # (interrupted: no verdict to explain, and the diagnosis calls the target again)
+        if target.name != "impl" and code != pytest.ExitCode.INTERRUPTED:
             from attnspec.kit.diagnosis import target_diagnosis
 
             try:  # it calls the target: in a fork, as the properties did
@@ -321,7 +323,8 @@ def check(args: argparse.Namespace) -> int:
             print(f"diagnosis: {diagnosis}\n")
         rerun = f"attnspec check {args.target}"
         limit, width = (None, None) if args.verbose else (BLOCKS, WIDTH)
-        print("\n".join(report.blocks(rerun, limit, width, diagnosis or "")))
+        first = requirements_of_faults(diagnosis or "")
+        print("\n".join(report.blocks(rerun, limit, width, diagnosis or "", first)))
         report.write_full(failures / REPORT)
         print(f"every failure in full: {_shown(failures / REPORT)}")
     if failures.is_dir() and not any(failures.iterdir()):
@@ -341,6 +344,18 @@ def check(args: argparse.Namespace) -> int:
     if code == pytest.ExitCode.OK and report.passed:
         return PASSED
     return NOT_CHECKED  # interrupted, or nothing ran (-k matched nothing, everything skipped)
+
+
+def requirements_of_faults(diagnosis: str) -> tuple[str, ...]:
+    """The requirements expected to catch the catalogue faults a diagnosis names (F22 -> ATTN-14,
+    ATTN-4), in the order it names them: the broken requirements that show the cause most directly."""
+    named = re.findall(r"\bF\d+\b", diagnosis)
+    if not named:
+        return ()
+    from attnspec.mutation.faults import FAULTS
+
+    kills = {fault.id: fault.kills for fault in FAULTS}
+    return tuple(rid for fault in named for rid in kills.get(fault, ()))
 
 
 def default_budget() -> float:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnspec.kit.diagnosis import target_diagnosis
+from attnspec.kit.loading import load
+from attnspec.protocol.targets import ENV
 from examples.zoo import CROSS, DECLARING, FLEX, KERNELS, MODULES, ZOO  # noqa: F401
 from tests.fixtures.kit_runs import (
     DEEP_PROFILES,
@@ -185,6 +188,52 @@ def test_the_complex_rope_layer_without_its_declaration_fails_naming_interleaved
     )
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert "interleaved RoPE pairs" in done.stdout, done.stdout[-4000:]
+
+
+# Each broken twin of the zoo (TWINS) and the words of the cause the run's
+# diagnosis names for it: the fault it behaves as if it had, or where no catalogue fault is the cause,
+# what it does.
+CAUSES = {
+    "examples.zoo.flex_softcap_documents:cap_after_mask": "(soft-cap) is applied after the mask",
+    "examples.zoo.varlen_packed:off_by_one": "each document starts one token early",
+    "examples.zoo.alibi_bloom:flipped_sign": "ALiBi's sign flipped",
+    "examples.zoo.torch_multihead:NORMED_IN_FLOAT32": "the float64 module computes in float32",
+    "examples.zoo.neox_style:KWARGS_SWALLOW_THE_CACHE": "the cache was never read",
+    "examples.zoo.vit_encoder:CAUSAL_LEFT_ON": "a causal mask is left on an encoder",
+    "examples.zoo.vit_encoder:PADS_ATTENDED": "the padding mask is ignored",
+    "examples.zoo.cross_attention:CAUSAL_ON_CONTEXT": "a causal mask is applied to the context",
+    "examples.zoo.logsumexp_exact:lse_before_the_mask": "applied to the weights after the softmax",
+    "examples.zoo.tiled_gqa_attend:interleaved_groups": "the target follows interleaved GQA",
+    "examples.zoo.olmo2_style:QK_NORM_PER_HEAD": "the q/k norm normalises each head alone",
+    "examples.zoo.gptj_style:HALF_SPLIT_PAIRS": "half-split RoPE pairs",
+    "examples.zoo.llama4_style:CHUNKS_OFF_BY_ONE": "the mask's positions are counted from 1",
+    "examples.zoo.llama4_style:ROPE_ON_NOPE_LAYERS": "RoPE is applied on a layer that has none",
+    "examples.zoo.falcon_multiquery:KV_REPEATED": "sequences of a batch see each other",
+    "examples.zoo.t5_relative_bias:FLIPPED_BUCKETS": "relative buckets mirrored",
+    "examples.zoo.t5_relative_bias:SCALED_BEFORE_THE_BIAS": "the attention is scaled by 1/sqrt(d)",
+    "examples.zoo.alibi_falcon:declared_as_bloom": "applied before the 1/sqrt(d) scale (F22)",
+}
+
+
+def diagnosed(name: str, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    monkeypatch.setenv(ENV, name)  # the run's target, as --impl sets it
+    return target_diagnosis(load(name))
+
+
+@pytest.mark.parametrize("twin", CAUSES)
+def test_the_diagnosis_names_the_cause_of_each_broken_twin_of_the_zoo(twin, monkeypatch):
+    said = diagnosed(twin, monkeypatch)
+    assert said is not None and CAUSES[twin] in said, said
+
+
+def test_every_broken_twin_of_the_zoo_has_its_cause_listed_or_is_said_not_to():
+    # the global layers counted from 1 show only in which layers are local: no probe of one layer sees it
+    assert set(TWINS) - set(CAUSES) == {"examples.zoo.modernbert_style:LOCAL_ON_WRONG_LAYERS"}
+
+
+@pytest.mark.parametrize("target", ZOO)
+def test_the_diagnosis_names_nothing_for_a_correct_target_of_the_zoo(target, monkeypatch):
+    assert diagnosed(target, monkeypatch) is None
 
 
 # What `attnspec check` prints for a failing seed, as the seeds sweep (seeds.py, `tox -e seeds`) reads it.

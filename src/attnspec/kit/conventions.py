@@ -42,15 +42,17 @@ class Candidate:
     name: str
     expected: Callable[[], torch.Tensor]
     bug: str | None = None
+    fault: str = ""  # the catalogue fault (src/attnspec/mutation/faults/) it is when not on purpose
 
     def diagnosis(self) -> str:
+        named = f" (catalogue fault {self.fault})" if self.fault else ""
         if self.bug is not None:
-            return self.bug
+            return self.bug + named
         said = f"convention mismatch: the target follows {self.name}; attnspec's convention is {CONVENTIONS}"
         declarable = DECLARES.get(self.name)
         if declarable is None:
-            return said
-        return f"{said}; if it is on purpose, declare it: conventions = {{{declarable!r}}}"
+            return said + named
+        return f"{said}; if it is on purpose, declare it: conventions = {{{declarable!r}}}{named}"
 
 
 def _tolerance(dtype: torch.dtype) -> float:
@@ -142,11 +144,11 @@ def window_candidates(window: int | None, oracle: Callable) -> list[Candidate]:
     if window is None:
         return []
     candidates = [
-        Candidate(INCLUSIVE_WINDOW, lambda: oracle(window=window + 1)),
-        Candidate("the window ignored (window=None)", lambda: oracle(window=None), bug=WINDOW_IGNORED),
+        Candidate(INCLUSIVE_WINDOW, lambda: oracle(window=window + 1), fault="F16"),
+        Candidate("the window ignored (window=None)", lambda: oracle(window=None), WINDOW_IGNORED, "F8"),
     ]
     if window > 1:
-        candidates.append(Candidate(NARROW_WINDOW, lambda: oracle(window=window - 1)))
+        candidates.append(Candidate(NARROW_WINDOW, lambda: oracle(window=window - 1), fault="F16"))
     return candidates
 
 
@@ -240,11 +242,12 @@ def convention_mismatch(
     candidates = window_candidates(window, oracle) if masked else []
     if r > 1 and "gqa-tile" not in target.conventions:
         candidates.append(
-            Candidate(TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1)))
+            Candidate(TILED_GQA, lambda: oracle(k=k.repeat(1, r, 1, 1), v=v.repeat(1, r, 1, 1)), fault="F15")
         )
     if r > 1 and "gqa-tile" in target.conventions:  # seen through the tile translation (declared.py)
         heads = [h // r for h in target_heads(q.shape[1], k.shape[1])]
-        candidates.append(Candidate(INTERLEAVED_GQA, lambda: oracle(k=k[:, heads], v=v[:, heads])))
+        interleaved = Candidate(INTERLEAVED_GQA, lambda: oracle(k=k[:, heads], v=v[:, heads]), fault="F15")
+        candidates.append(interleaved)
     if masked and tq != tk and document_ids is None:
         candidates.append(Candidate(TOP_LEFT, top_left))
     if target.score_mod is not None:
@@ -252,11 +255,11 @@ def convention_mismatch(
         candidates.append(ignored)
     if target.mask_mod is not None:
         plain = {"mask_mod": None, "causal": True, "window": None}
-        candidates.append(Candidate("a causal mask", lambda: undeclared(**plain), bug=MASK_MOD_IGNORED))
+        candidates.append(Candidate("a causal mask", lambda: undeclared(**plain), MASK_MOD_IGNORED, "F25"))
     elif not causal:
-        candidates.append(Candidate("a causal mask", lambda: undeclared(causal=True), bug=CAUSAL_LEFT_ON))
+        candidates.append(Candidate("a causal mask", lambda: undeclared(causal=True), CAUSAL_LEFT_ON, "F25"))
     if document_ids is not None:
-        ignored = Candidate("no documents", lambda: undeclared(document_ids=None), bug=DOCUMENTS_IGNORED)
+        ignored = Candidate("no documents", lambda: undeclared(document_ids=None), DOCUMENTS_IGNORED, "F24")
         candidates.append(ignored)
     return explanation(out, golden, candidates)
 
@@ -278,14 +281,14 @@ def layer_convention_mismatch(
     candidates = []
     if layer.get("rope", True):
         candidates += [rope_pairs_candidate(lambda pairs: oracle(pairs=pairs), untranslated)]
-        candidates += [Candidate("no RoPE", lambda: oracle(rope=False), bug=NO_ROPE)]
+        candidates += [Candidate("no RoPE", lambda: oracle(rope=False), bug=NO_ROPE, fault="F7")]
         if layer.get("rotary_dim") is None:
             candidates += partial_rotary_candidates(
                 layer["head_dim"], lambda rotated: oracle(rotary_dim=rotated)
             )
     candidates += window_candidates(layer["window"], oracle)
     if layer["n_heads"] != layer["n_kv_heads"]:
-        candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled")))
+        candidates.append(Candidate(TILED_GQA, lambda: oracle(gqa="tiled"), fault="F15"))
     if layer.get("score_mod") is not None:
         candidates.append(Candidate("no score_mod", lambda: oracle(score_mod=None), bug=SCORE_MOD_IGNORED))
     candidates += qk_norm_candidates(layer, oracle)
@@ -294,13 +297,13 @@ def layer_convention_mismatch(
             f"the attention is scaled by 1/sqrt(d), though the layer reports its scale {layer['scale']:g} "
             "(a bug, or a scale to report as it is)"
         )
-        candidates.append(Candidate("1/sqrt(d)", lambda: oracle(scale=None), bug=said))
+        candidates.append(Candidate("1/sqrt(d)", lambda: oracle(scale=None), bug=said, fault="F3"))
     else:
         said = (
             "the logits are not scaled (scale 1), though the layer reports none, which is 1/sqrt(d) (a bug, "
             "or a scale to report: T5 adds its bias to logits it never scales)"
         )
-        candidates.append(Candidate("no scale", lambda: oracle(scale=1.0), bug=said))
+        candidates.append(Candidate("no scale", lambda: oracle(scale=1.0), bug=said, fault="F3"))
     return explanation(out, golden, candidates)
 
 
@@ -330,7 +333,7 @@ def qk_norm_candidates(layer: dict, oracle: Callable) -> list[Candidate]:
         "width": "the q/k norm normalises all heads together, though the layer reports it per head",
     }[over]
     bug = f"{said} (a bug, or a form to report)"
-    return [Candidate(f"q/k norm over each {over}", lambda: oracle(**change), bug=bug)]
+    return [Candidate(f"q/k norm over each {over}", lambda: oracle(**change), bug=bug, fault="F27")]
 
 
 def partial_rotary_candidates(head_dim: int, oracle: Callable) -> list[Candidate]:

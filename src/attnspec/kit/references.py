@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from attnspec.kit.loading import current
 from attnspec.protocol.declared import kit_mods
+from attnspec.protocol.targets import Layer, LayerSpec, Target
 from attnspec.specs.mods import alibi, alibi_slopes, composed, score_values, soft_cap
 from attnspec.specs.oracle import (
     Call,
@@ -41,6 +42,30 @@ def declared_keywords(q: torch.Tensor, k: torch.Tensor, **call) -> dict:
     score_mod, mask_mod = kit_mods(current(), q.shape[1], k.shape[1])
     keywords = {name: value for name, value in call.items() if name != "return_weights"}
     return {"score_mod": score_mod, "mask_mod": mask_mod, **keywords}
+
+
+def declared_layer_keywords(target: Target, layer: Layer, spec: LayerSpec, offset: int = 0) -> dict:
+    """attention_layer_oracle's keywords for ``layer``, built from ``spec`` at ``offset``: the sizes,
+    window and RoPE base from the spec, the target's declared mods (the kind's own mask and RoPE for a
+    layer of a declared kind), the rest as the layer reports it."""
+    score_mod, mask_mod = kit_mods(target, spec.n_heads, spec.n_kv_heads, layer.score_mod)
+    reported = layer.reported()
+    if spec.kind is not None:  # the kind's own mask (a chunk at the layer's positions), RoPE or none
+        if spec.kind.mask not in ("causal", "window"):
+            mask_mod = spec.kind.mask_mod(offset)
+        if spec.kind.rope is not None:  # declared: a layer that reports otherwise misses the oracle
+            reported["rope"] = spec.kind.rope
+    return {
+        "score_mod": score_mod,
+        "mask_mod": mask_mod,
+        **reported,
+        "n_heads": spec.n_heads,
+        "n_kv_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "window": spec.window,
+        "base": spec.base,
+        "offset": offset,
+    }
 
 
 def declared_attention(q, k, v, **call) -> tuple[torch.Tensor, torch.Tensor]:

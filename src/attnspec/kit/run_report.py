@@ -278,14 +278,19 @@ class RunReport:
         in_order = sorted(range(len(self.failures)), key=self.places.__getitem__)  # a stable sort
         return [line for i in in_order for line in self.failures[i].lines()]
 
-    def blocks(self, rerun: str, limit: int | None, width: int | None, said: str = "") -> list[str]:
-        """One block per broken requirement, in the specification's order, at most ``limit`` of them
-        (then one line naming the rest): each shows the failure that says the most: one with a
+    def blocks(
+        self, rerun: str, limit: int | None, width: int | None, said: str = "", first: tuple[str, ...] = ()
+    ) -> list[str]:
+        """One block per broken requirement, at most ``limit`` of them (then one line naming the rest):
+        those in ``first`` (the requirements that show the diagnosed cause most directly) first, the rest
+        in the specification's order; each shows the failure that says the most: one with a
         reproducer, the smallest, else the first in the collection's order; a failure of several
         requirements stands for each, where no other failure does."""
         in_order = [f for f in self._in_order() if not f.set_aside()]
         broken = {rid for failure in in_order for rid in failure.requirements}
         ordered = [rid for rid in REQUIREMENTS if rid in broken] + sorted(broken - set(REQUIREMENTS))
+        ahead = [rid for rid in dict.fromkeys(first) if rid in broken]
+        ordered = ahead + [rid for rid in ordered if rid not in ahead]
         lines = self.process_lines() + self.state_lines() + self.refusal_lines()
         used: set[int] = set()
         shown = ordered if limit is None else ordered[:limit]

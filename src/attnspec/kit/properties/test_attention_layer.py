@@ -29,6 +29,7 @@ from attnspec.kit.asserts import (
 )
 from attnspec.kit.conventions import cache_ignored
 from attnspec.kit.loading import current
+from attnspec.kit.references import declared_layer_keywords
 from attnspec.kit.strategies import (
     built_layer,
     chunk_lists,
@@ -40,7 +41,6 @@ from attnspec.kit.strategies import (
     split_sequence,
 )
 from attnspec.kit.target_checks import kit_code
-from attnspec.protocol.declared import kit_mods
 from attnspec.protocol.targets import Layer, LayerKind, LayerSpec
 from attnspec.specs.oracle import attention_layer_oracle
 
@@ -122,28 +122,10 @@ def of_kind(spec: LayerSpec, kind: LayerKind) -> LayerSpec:
 
 
 def oracle_keywords(layer: Layer, case: LayerCase) -> dict:
-    """attention_layer_oracle's keywords: sizes, window, RoPE base from the spec, the target's declared
-    mods, the rest from the layer."""
-    spec = case.spec
-    layer.check_reports(spec)
-    score_mod, mask_mod = kit_mods(TARGET, spec.n_heads, spec.n_kv_heads, layer.score_mod)
-    reported = layer.reported()
-    if spec.kind is not None:  # the kind's own mask (a chunk at the layer's positions), RoPE or none
-        if spec.kind.mask not in ("causal", "window"):
-            mask_mod = spec.kind.mask_mod(case.offset)
-        if spec.kind.rope is not None:  # declared: a layer that reports otherwise misses the oracle
-            reported["rope"] = spec.kind.rope
-    return {
-        "score_mod": score_mod,
-        "mask_mod": mask_mod,
-        **reported,
-        "n_heads": spec.n_heads,
-        "n_kv_heads": spec.n_kv_heads,
-        "head_dim": spec.head_dim,
-        "window": spec.window,
-        "base": spec.base,
-        "offset": case.offset,
-    }
+    """attention_layer_oracle's keywords for the case (references.declared_layer_keywords), once the
+    layer's reports are checked against its spec."""
+    layer.check_reports(case.spec)
+    return declared_layer_keywords(TARGET, layer, case.spec, case.offset)
 
 
 def lowp_oracle(x: torch.Tensor, keywords: dict, dtype: torch.dtype) -> torch.Tensor:
@@ -174,7 +156,19 @@ def check_spec(layer: Layer, spec: LayerSpec) -> None:
 # --------------------------------------------------------------------------- LAYER-1
 
 
-@pytest.mark.req("LAYER-1", "BLOCK-4")
+@pytest.mark.req("BLOCK-4")
+@given(data=st.data())
+def test_a_layer_keeps_the_shape_dtype_and_device_of_its_input(device, data):
+    case = data.draw(layer_cases(float_dtypes(device)), label="case")
+    layer, x = case.build(device)
+    with torch.no_grad():
+        out = layer.forward(x, case.offset)
+    assert isinstance(out, torch.Tensor), f"{TARGET.name} layer returned {type(out).__name__}, not a tensor"
+    got, wanted = (out.shape, out.dtype, out.device), (x.shape, x.dtype, x.device)
+    assert got == wanted, f"{TARGET.name} layer's output is {got}, its input {wanted}"
+
+
+@pytest.mark.req("LAYER-1")
 @given(data=st.data())
 def test_layer_matches_the_oracle_layer(device, data):
     case = data.draw(layer_cases(float_dtypes(device)), label="case")
