@@ -60,6 +60,7 @@ IGNORED = shutil.ignore_patterns(*PYCACHE)
 ENGINE = "attnspec_mutation"  # the engine's package, as the workspace names it
 GENERATOR = f"{ENGINE}.generators.mutmut_operators"
 TRIAGE_FILE = PACKAGE_DIR / "triage.toml"
+DIAGNOSE = "attnspec.kit.diagnosis:named_faults"
 
 
 class CampaignError(RuntimeError):
@@ -152,6 +153,8 @@ def prepare_workspace(campaign: Campaign) -> None:
         "previous": str(previous) if campaign.incremental and previous.exists() else None,
         "progress": str(campaign.workspace / "progress.json"),
         "results": str(campaign.workspace / "results.json"),
+        # each killed catalogue mutant's diagnosis: which faults the check names (the summary grades it)
+        "diagnose": DIAGNOSE,
         # --tb=native: pytest's own traceback style parses each frame's file, and a mutated file holds
         # every mutant of its functions (seconds per failing test)
         "pytest_args": ["--rootdir=.", "-q", "--no-header", "--tb=native", "-p", "no:cacheprovider"]

@@ -36,6 +36,7 @@ whose lines no test executes takes the generator's ``unreached`` status.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import signal
@@ -536,6 +537,8 @@ class Engine:
             quiet()
             self.generator.activate(job.name)
             outcome = self.suite.run(job.tests, job.matrix, job.known)
+            if job.fault is not None and outcome["failures"] and self.plan.get("diagnose"):
+                outcome["diagnosed"] = diagnosed(self.plan["diagnose"])
             temporary = out.with_suffix(".tmp")
             temporary.write_text(json.dumps(outcome))
             temporary.replace(out)
@@ -547,6 +550,16 @@ class Engine:
                 code = 3
         finally:
             os._exit(code)
+
+
+def diagnosed(function: str) -> list[str] | str:
+    """What the plan's diagnosis (``module:function``, called with the mutant on) names: the catalogue
+    faults it says the code behaves as if it had, or why it could not say."""
+    module, _, name = function.partition(":")
+    try:
+        return list(getattr(importlib.import_module(module), name)())
+    except Exception as error:  # noqa: BLE001 - the campaign reports it with the mutant
+        return f"{type(error).__name__}: {error}"
 
 
 def run_in_order(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..faults import FAULTS
 from ..history import coverage as tests_by_function
+from .diagnosis import diagnosis_summary
 from .html import render
 from .matrix import failures_by_fault, kill_cells, write_matrix
 from .stryker import Mutant, fill_result, stryker_report
@@ -43,8 +44,10 @@ def publish(
     wall_s: float,
     min_strength: float | None,
     triage: dict[str, dict],
+    diagnosis_floor: float | None = None,
 ) -> int:
-    """Write every output of a campaign to ``out_dir``; returns the gate's exit status."""
+    """Write every output of a campaign to ``out_dir``; returns the gate's exit status (failing also
+    where the diagnosis names fewer killed catalogue mutants' faults than ``diagnosis_floor``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     durations = {test: entry["duration"] for test, entry in results["tests"].items()}
     for mutant in mutants:  # kept with the results, for a merge of shards to show the same diffs
@@ -64,6 +67,9 @@ def publish(
     (out_dir / "index.html").write_text(render(report), encoding="utf-8")
     shown = report_path.relative_to(root) if report_path.is_relative_to(root) else report_path
     text, failures = summarize(mutants, info, wall_s, shown, triage, min_strength)
+    diagnosis, missed = diagnosis_summary(results["mutants"], diagnosis_floor)
+    text += f"\n\n{diagnosis}" if diagnosis else ""
+    failures += missed
     if results.get("matrix"):  # the catalogue mutants ran every covering property
         cells, paths = kill_cells(failures_by_fault(mutants, results))
         text += "\n\n" + write_matrix(cells, paths, out_dir, root)
@@ -143,7 +149,12 @@ def merge_results(shards: list[dict]) -> dict:
 
 
 def merge(
-    arguments: list[str], out_dir: Path, root: Path, min_strength: float | None, triage: dict[str, dict]
+    arguments: list[str],
+    out_dir: Path,
+    root: Path,
+    min_strength: float | None,
+    triage: dict[str, dict],
+    diagnosis_floor: float | None = None,
 ) -> int:
     folders = [report_dir(a) for a in arguments]
     reports = [json.loads((f / "mutation-report.json").read_text(encoding="utf-8")) for f in folders]
@@ -180,4 +191,16 @@ def merge(
         "mutation": results["phases"]["mutants_s"],
     }
     wall_s = results["phases"]["clean_s"] + results["phases"]["mutants_s"]
-    return publish(out_dir, root, mutants, sources, results, info, performance, wall_s, min_strength, triage)
+    return publish(
+        out_dir,
+        root,
+        mutants,
+        sources,
+        results,
+        info,
+        performance,
+        wall_s,
+        min_strength,
+        triage,
+        diagnosis_floor,
+    )
