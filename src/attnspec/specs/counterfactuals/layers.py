@@ -21,25 +21,30 @@ from ..oracle import (
 from .cases import ATTENTION_KEYWORDS, LayerCase, layer_oracle
 
 
-def _with_qkv(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The layer's output from its own q, k and v (B, H, T, d) as the fault made them."""
+def _attend(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B, Hq, Tq, d): the layer's attention (its window, sinks, scale, mods and GQA order) of q over
+    k and v as the fault made them, the queries the last Tq positions of the keys."""
     layer = case.layer
     n_heads = layer["n_heads"]
     if k.shape[1] != n_heads and layer.get("gqa", "grouped") == "tiled":
         k, v = k.repeat(1, n_heads // k.shape[1], 1, 1), v.repeat(1, n_heads // k.shape[1], 1, 1)
-    attn, _ = attention_oracle(
-        q,
-        k,
-        v,
-        window=layer.get("window"),
-        sinks=layer.get("sinks"),
-        scale=layer.get("scale"),
-        score_mod=layer.get("score_mod"),
-        mask_mod=layer.get("mask_mod"),
-    )
-    merged = torch.cat([attn[:, i] for i in range(n_heads)], dim=-1)
-    tail = {key: value for key, value in layer.items() if key not in ATTENTION_KEYWORDS}
+    options = {name: layer.get(name) for name in ("window", "sinks", "scale", "score_mod", "mask_mod")}
+    return attention_oracle(q, k, v, **options)[0]
+
+
+def _output(case: LayerCase, merged: torch.Tensor) -> torch.Tensor:
+    """The layer's output from its heads' outputs (B, T, Hq*d): Wo, the norms and the residual."""
+    tail = {key: value for key, value in case.layer.items() if key not in ATTENTION_KEYWORDS}
     return layer_output_oracle(case.x, merged, **tail)
+
+
+def _merged(attn: torch.Tensor) -> torch.Tensor:
+    return torch.cat([attn[:, i] for i in range(attn.shape[1])], dim=-1)
+
+
+def _with_qkv(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The layer's output from its own q, k and v (B, H, T, d) as the fault made them."""
+    return _output(case, _merged(_attend(case, q, k, v)))
 
 
 def _qkv(case: LayerCase, **change) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,25 +150,13 @@ def heads_split_without_transpose(case: LayerCase) -> torch.Tensor | None:
 
 
 def heads_merged_without_transpose(case: LayerCase) -> torch.Tensor | None:
-    layer = case.layer
+    """The heads' outputs (B, H, T, d) read as (B, T, H*d) without the transpose: each token's
+    features a run of one head's rows."""
     if case.chunks is not None or case.x.shape[1] < 2:
         return None
     q, k, v = _qkv(case)
-    if k.shape[1] != layer["n_heads"] and layer.get("gqa", "grouped") == "tiled":
-        return None
-    attn, _ = attention_oracle(
-        q,
-        k,
-        v,
-        window=layer.get("window"),
-        sinks=layer.get("sinks"),
-        scale=layer.get("scale"),
-        score_mod=layer.get("score_mod"),
-        mask_mod=layer.get("mask_mod"),
-    )
-    merged = attn.reshape(case.x.shape[0], case.x.shape[1], -1)  # (B, H, T, d) read as (B, T, H*d)
-    tail = {key: value for key, value in layer.items() if key not in ATTENTION_KEYWORDS}
-    return layer_output_oracle(case.x, merged, **tail)
+    attn = _attend(case, q, k, v)
+    return _output(case, attn.reshape(case.x.shape[0], case.x.shape[1], -1))  # (B, H, T, d) as (B, T, H*d)
 
 
 def layer_changed(condition: Callable[[dict], bool], **change) -> Callable[[LayerCase], torch.Tensor | None]:
@@ -208,21 +201,9 @@ def decoded_with_swapped_cache(case: LayerCase, current_too: bool) -> torch.Tens
         keys, values = v[:, :, :stop].clone(), k[:, :, :stop].clone()
         if not current_too:
             keys[:, :, start:stop], values[:, :, start:stop] = k[:, :, start:stop], v[:, :, start:stop]
-        attn, _ = attention_oracle(
-            q[:, :, start:stop],
-            keys,
-            values,
-            window=layer.get("window"),
-            sinks=layer.get("sinks"),
-            scale=layer.get("scale"),
-            score_mod=layer.get("score_mod"),
-        )
-        outputs.append(attn)
+        outputs.append(_attend(case, q[:, :, start:stop], keys, values))
         start = stop
-    attn = torch.cat(outputs, dim=2)
-    merged = torch.cat([attn[:, i] for i in range(layer["n_heads"])], dim=-1)
-    tail = {key: value for key, value in layer.items() if key not in ATTENTION_KEYWORDS}
-    return layer_output_oracle(case.x, merged, **tail)
+    return _output(case, _merged(torch.cat(outputs, dim=2)))
 
 
 def rope_restarted_each_chunk(case: LayerCase) -> torch.Tensor | None:
