@@ -6,6 +6,7 @@ K and V."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,7 +29,9 @@ def _attend(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
     n_heads = layer["n_heads"]
     if k.shape[1] != n_heads and layer.get("gqa", "grouped") == "tiled":
         k, v = k.repeat(1, n_heads // k.shape[1], 1, 1), v.repeat(1, n_heads // k.shape[1], 1, 1)
-    options = {name: layer.get(name) for name in ("window", "sinks", "scale", "score_mod", "mask_mod")}
+    options: dict[str, Any] = {
+        name: layer.get(name) for name in ("window", "sinks", "scale", "score_mod", "mask_mod")
+    }
     return attention_oracle(q, k, v, **options)[0]
 
 
