@@ -60,7 +60,7 @@ IGNORED = shutil.ignore_patterns(*PYCACHE)
 ENGINE = "attnspec_mutation"  # the engine's package, as the workspace names it
 GENERATOR = f"{ENGINE}.generators.mutmut_operators"
 TRIAGE_FILE = PACKAGE_DIR / "triage.toml"
-DIAGNOSE = "attnspec.kit.diagnosis:named_faults"
+DIAGNOSE = "attnspec.adapters.impl_target:named_faults"  # impl and its declared variants
 
 
 class CampaignError(RuntimeError):

@@ -2,37 +2,50 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 import torch
 
 from attnspec.impl import (
     AttentionBlock,
     LanguageModel,
     ModelConfig,
+    alibi_slopes,
     apply_rope,
     scaled_dot_product_attention,
 )
 from attnspec.impl import attention as impl_attention
 from attnspec.kit.strategies import randomize_
 from attnspec.protocol.targets import CAPABILITIES, Layer, LayerRun, LayerSpec, Target
+from attnspec.specs import mods
 from attnspec.specs.oracle import split_w_qkv
 
 
 def reported(block: AttentionBlock) -> dict:
     """What impl's AttentionBlock reports as a Layer: its fused q|k|v split, its output projection, its
-    sinks, its RMSNorm pre-norm and its residual."""
+    sinks, its RMSNorm pre-norm and its residual, its partial rotary and q/k norm, and its soft-cap and
+    ALiBi as the score_mod they amount to."""
     config = block.config
-    return {
+    fields = {
         **split_w_qkv(block.qkv.weight, config.n_heads, config.n_kv_heads, config.head_dim),
         "wo": block.out.weight,
         "sinks": block.sinks,
         "norm_weight": block.norm.weight,
         "eps": config.norm_eps,
         "residual": True,
+        "rotary_dim": config.rotary_dim,
     }
+    if config.qk_norm:
+        fields.update(q_norm=block.q_norm.weight, k_norm=block.k_norm.weight)
+    capped = None if config.softcap is None else mods.soft_cap(config.softcap)
+    biased = mods.alibi(mods.alibi_slopes(config.n_heads)) if config.alibi else None
+    return {**fields, "score_mod": mods.composed(capped, biased)}
 
 
-def layer(spec: LayerSpec) -> Layer:
-    """impl's AttentionBlock (pre-norm, residual, one fused q|k|v matrix) as layer 0 of one."""
+def layer(spec: LayerSpec, **switches) -> Layer:
+    """impl's AttentionBlock (pre-norm, residual, one fused q|k|v matrix) as layer 0 of one; ``switches``
+    turn on more of its config (softcap, alibi, rotary_dim, qk_norm), which the layer then reports."""
     config = ModelConfig(
         d_model=spec.d_model,
         n_heads=spec.n_heads,
@@ -43,6 +56,7 @@ def layer(spec: LayerSpec) -> Layer:
         window_layers="all",
         use_sinks=spec.sinks,
         rope_base=spec.base,
+        **switches,
     )
     block = randomize_(AttentionBlock(config), spec).to(spec.device, spec.dtype)
 
@@ -130,3 +144,60 @@ TARGET = Target(
     layer_runs=MODEL.layer_runs,
     switches=(impl_attention.QUERY_TILE + 1,),
 )
+
+
+# impl's variants, each declared as a user declares the same features of their own code: the soft-cap
+# and ALiBi as the score_mods they amount to (ALiBi's slopes for 6 heads, not a power of two), the
+# partial rotary and q/k norm as its layer reports them.  The kit's impl target leaves them to impl's
+# own tests (tests/impl/test_variants.py); the main job's grading of the diagnosis (named_faults) runs
+# the diagnosis on these too, so that a fault in impl's variants can be named.
+CAP = 5.0
+ALIBI_HEADS = 6
+
+
+def _softcapped(q, k, v, **call):
+    return scaled_dot_product_attention(q, k, v, softcap=CAP, **call)
+
+
+def _alibi(q, k, v, **call):
+    return scaled_dot_product_attention(q, k, v, alibi_slopes=alibi_slopes(q.shape[1], q.device), **call)
+
+
+VARIANTS = (
+    replace(
+        TARGET,
+        name="impl (soft-capped)",
+        attention=_softcapped,
+        score_mod=mods.soft_cap(CAP),
+        layer=partial(layer, softcap=CAP),
+        module=None,
+        capabilities=TARGET.capabilities - {"module", "chunks", "padding", "hidden_states", "layer_runs"},
+    ),
+    replace(
+        TARGET,
+        name="impl (ALiBi)",
+        attention=_alibi,
+        score_mod=mods.alibi(mods.alibi_slopes(ALIBI_HEADS)),
+        heads=(ALIBI_HEADS,),
+        layer=None,
+        module=None,
+        capabilities=TARGET.capabilities
+        - {"layer", "module", "chunks", "padding", "hidden_states", "layer_runs", "cache", "offset", "sizes"},
+    ),
+    replace(
+        TARGET,
+        name="impl (partial rotary, q/k norm)",
+        attention=None,
+        layer=partial(layer, rotary_dim=2, qk_norm=True),
+        module=None,
+        capabilities=frozenset({"layer", "float64", "gqa", "window", "sinks", "offset", "cache"}),
+    ),
+)
+
+
+def named_faults() -> list[str]:
+    """The catalogue faults the diagnosis names for impl/ and its declared variants (the main job's
+    plan calls it with each killed catalogue mutant on)."""
+    from attnspec.kit.diagnosis import named_faults as named
+
+    return named(*VARIANTS)

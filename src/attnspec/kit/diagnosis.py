@@ -28,7 +28,7 @@ from attnspec.kit.conventions import (
     loosely_equal,
     rope_convention_mismatch,
 )
-from attnspec.kit.loading import current
+from attnspec.kit.loading import current, running
 from attnspec.kit.references import declared_attention, declared_keywords, declared_layer_keywords
 from attnspec.kit.target_checks import KEYWORDS
 from attnspec.protocol.declared import declaration
@@ -426,17 +426,22 @@ CROSS_CAUSAL = (
 )
 
 
-def named_faults() -> list[str]:
-    """The catalogue faults (F1, F22, ...) the diagnosis of the run's target names: what a mutation
-    campaign records for each catalogue mutant it kills, to grade the diagnosis (the campaign's
-    terse failures switched off for it)."""
+def named_faults(*variants: Target) -> list[str]:
+    """The catalogue faults (F1, F22, ...) the diagnosis of the run's target names, and of each of its
+    ``variants`` (the same code declared with more of its features on): what a mutation campaign
+    records for each catalogue mutant it kills, to grade the diagnosis (the campaign's terse failures
+    switched off for it)."""
     terse = os.environ.pop(TERSE, None)
+    said = []
     try:
-        said = target_diagnosis(current()) or ""
+        for target in (current(), *variants):
+            with running(target):
+                said.append(target_diagnosis(target) or "")
     finally:
         if terse is not None:
             os.environ[TERSE] = terse
-    return sorted(set(re.findall(r"\bF\d+\b", said)), key=lambda fault: int(fault[1:]))
+    named = set(re.findall(r"\bF\d+\b", "\n".join(said)))
+    return sorted(named, key=lambda fault: int(fault[1:]))
 
 
 def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str | None:

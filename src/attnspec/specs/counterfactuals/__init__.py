@@ -30,6 +30,7 @@ from .calls import (
     band_flipped,
     called,
     documents_leak,
+    extra_slopes_first,
     flipped,
     heads_reversed,
     mask_counted_from_one,
@@ -53,6 +54,7 @@ from .layers import (
     rope_on_values,
     rope_restarted_each_chunk,
     rotary_last_features,
+    rotary_slices_mixed,
     rotary_whole_head,
 )
 
@@ -177,6 +179,12 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
     ),
     called(
         "F23",
+        "ALiBi's extra heads' slopes come first (those of 2H' before those of H', for H not a power of two)",
+        "give the first H' heads the slopes of H' heads, then the extra ones",
+        slopes_for(extra_slopes_first),
+    ),
+    called(
+        "F23",
         "ALiBi's slopes are those of the next power of two of heads (16 for 12)",
         "compute the slopes for the model's own number of heads",
         slopes_for(next_power_of_two_slopes),
@@ -207,6 +215,19 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "RoPE rotates the last rotary_dim features of each head instead of the first",
         "rotate x[..., :rotary_dim] and pass x[..., rotary_dim:] through",
         layer=rotary_last_features,
+    ),
+    Counterfactual(
+        "F26",
+        "partial rotary passes the rotated slice through again (x[..., :r] for x[..., r:]): the head's "
+        "last features are lost",
+        "pass x[..., rotary_dim:] through after the rotated x[..., :rotary_dim]",
+        layer=rotary_slices_mixed("first", "first"),
+    ),
+    Counterfactual(
+        "F26",
+        "partial rotary rotates x[..., r:] and passes it through again: the head's first features are lost",
+        "rotate x[..., :rotary_dim] and pass x[..., rotary_dim:] through",
+        layer=rotary_slices_mixed("last", "last"),
     ),
     Counterfactual(
         "F27",

@@ -200,5 +200,11 @@ def power_of_two_slopes(n: int) -> list[float]:
     return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
 
 
+def extra_slopes_first(n: int) -> list[float]:
+    power = 2 ** math.floor(math.log2(n))
+    slopes = alibi_slopes(n)
+    return slopes[power:] + slopes[:power]
+
+
 def next_power_of_two_slopes(n: int) -> list[float]:
     return alibi_slopes(2 ** math.ceil(math.log2(n)))

@@ -111,6 +111,28 @@ def rotary_last_features(case: LayerCase) -> torch.Tensor | None:
     return layer_oracle(case, **rows)
 
 
+def rotary_slices_mixed(rotate: str, keep: str) -> Callable[[LayerCase], torch.Tensor | None]:
+    """Partial rotary that rotates the ``rotate`` slice of each head ("first": x[..., :r], "last":
+    x[..., r:]) and passes the ``keep`` slice through after it, where the head has two slices of r."""
+
+    def mixed_slices(case: LayerCase) -> torch.Tensor | None:
+        layer = case.layer
+        r = layer.get("rotary_dim")
+        if not _rotating(case) or r is None or 2 * r != layer["head_dim"]:
+            return None
+        q, k, v = _qkv(case, rope=False)
+        base, pairs = layer.get("base", 10000.0), layer.get("pairs", "half")
+
+        def rotated(t: torch.Tensor) -> torch.Tensor:
+            slices = {"first": t[..., :r], "last": t[..., r:]}
+            turned = rope_oracle(slices[rotate], _positions(case), base, GOLDEN, pairs)
+            return torch.cat([turned, slices[keep]], dim=-1)
+
+        return _with_qkv(case, rotated(q), rotated(k), v)
+
+    return mixed_slices
+
+
 def qk_norm_after_rope(case: LayerCase) -> torch.Tensor | None:
     layer = case.layer
     if not _rotating(case) or (layer.get("q_norm") is None and layer.get("k_norm") is None):
