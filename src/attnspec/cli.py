@@ -338,6 +338,10 @@ def check(args: argparse.Namespace) -> int:
         so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
         print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")
         return NOT_CHECKED
+    from attnspec.kit.declared_mods import declared_mod_note
+
+    if (note := declared_mod_note(target)) is not None:  # a declaration of its own code, trusted
+        print(note)
     print(report.verdict(target, plugin.coverage))
     if code == pytest.ExitCode.TESTS_FAILED:
         return FAILED if report.failed() else NOT_CHECKED  # refusals alone: not checked where refused

@@ -17,8 +17,10 @@ from attnspec.kit.conventions import (
     explained_by,
     explanation,
 )
+from attnspec.kit.declared_mods import declared_mod_note
 from attnspec.kit.diagnosis import target_diagnosis
 from attnspec.kit.loading import load
+from attnspec.specs.mods import alibi, alibi_slopes
 from attnspec.specs.oracle import attention_oracle
 from tests.fixtures.broken_targets import FINDINGS
 
@@ -99,3 +101,35 @@ def test_no_convention_is_named_for_an_output_of_another_shape():
 def test_an_output_that_matches_the_oracle_needs_no_explanation():
     golden = torch.linspace(-1, 1, 7, dtype=torch.float64)
     assert explanation(golden.clone(), golden, [Candidate("anything", lambda: golden + 1e-9)]) is None
+
+
+def own_alibi(slopes: list[float]):
+    table = torch.tensor(slopes, dtype=torch.float64)
+
+    def bias(score, b, h, q_idx, kv_idx):  # a user's own mod, not attnspec's
+        return score + table.to(score.dtype)[h] * (kv_idx - q_idx).to(score.dtype)
+
+    return bias
+
+
+@pytest.mark.parametrize(
+    "slopes, says",
+    [
+        ([2 ** (-8 * (h + 1) / 12) for h in range(12)], "the power-of-two formula's"),
+        ([2 ** (-8 * (h + 1) / 16) for h in range(12)], "those of 16 heads"),
+        ([-s for s in alibi_slopes(12)], "their sign is flipped"),
+        (alibi_slopes(12)[::-1], "in another head order"),
+        ([s / 8 for s in alibi_slopes(12)], "ALiBi's times 0.125"),
+    ],
+)
+def test_a_declared_mod_of_the_users_own_with_other_slopes_than_alibis_is_noted(slopes, says):
+    target = replace(load("torch"), score_mod=own_alibi(slopes), heads=(12,))
+    note = declared_mod_note(target)
+    assert note is not None and says in note and "trusted as the specification" in note, note
+
+
+def test_alibis_own_slopes_or_attnspecs_mod_get_no_note():
+    assert (
+        declared_mod_note(replace(load("torch"), score_mod=own_alibi(alibi_slopes(12)), heads=(12,))) is None
+    )
+    assert declared_mod_note(replace(load("torch"), score_mod=alibi(alibi_slopes(12)), heads=(12,))) is None
