@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from attnspec.kit.diagnosis import target_diagnosis
+from attnspec.kit.loading import load
+from attnspec.protocol.targets import ENV
 from tests.fixtures.broken_kernels import BUGS
 from tests.fixtures.kit_runs import (
     PROPERTIES,
@@ -38,3 +41,32 @@ def test_a_kernel_that_needs_contiguous_inputs_and_declares_it_passes():
     target = "tests.fixtures.broken_kernels:STRIDES_IGNORED_DECLARED"
     done = run_properties(target, "-k", BUGS["STRIDES_IGNORED"].caught_by, selection=[KERNELS])
     assert_passes(done)
+
+
+# What the run's diagnosis says of each broken kernel whose bug lives in one place of the block walk
+# (kit/diagnosis.py: kernel_finding, and the conventions and layout findings).
+LOCALISED = {
+    "PARTIAL_KEY_BLOCK_DROPPED": "only when the last key or query block is partial",
+    "LAST_QUERY_BLOCK_DROPPED": "only when the last key or query block is partial",
+    "ACCUMULATOR_NOT_RESCALED": "only when the keys span several key blocks",
+    "SUM_NOT_RESCALED": "only when the keys span several key blocks",
+    "MAX_STARTS_AT_ZERO": "only at logits far below zero",
+    "MAX_STARTS_AT_A_SENTINEL": "only at logits far below zero",
+    "NO_RUNNING_MAX": "only at logits far below zero",
+    "SPLITS_NOT_RESCALED": "only on the decode path",
+    "SINK_IN_EVERY_SPLIT": "only on the decode path",
+    "STRIDES_IGNORED": "reads its inputs as if they were contiguous",
+    "GQA_BY_MODULO": "tile-style GQA",
+}
+
+
+@pytest.mark.parametrize("name", LOCALISED)
+def test_the_diagnosis_says_where_a_broken_kernel_goes_wrong(name, monkeypatch):
+    monkeypatch.setenv(ENV, f"tests.fixtures.broken_kernels:{name}")
+    said = target_diagnosis(load(f"tests.fixtures.broken_kernels:{name}"))
+    assert said is not None and LOCALISED[name] in said, said
+
+
+def test_the_diagnosis_says_nothing_of_the_correct_kernel(monkeypatch):
+    monkeypatch.setenv(ENV, "flash-ref")
+    assert target_diagnosis(load("flash-ref")) is None

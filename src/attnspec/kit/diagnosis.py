@@ -13,6 +13,7 @@ property.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -112,6 +113,8 @@ def behaves_as_if(
     of its dtype, each one that differs from the oracle's; None when ``out`` has another shape,
     matches ``golden`` or none of them."""
     if not isinstance(out, torch.Tensor) or out.shape != golden.shape or loosely_equal(out, golden):
+        return None
+    if not out.detach().abs().amax().item():  # all zeros: nothing computed, no fault to match it with
         return None
     found: list[Counterfactual] = []
     for counterfactual in counterfactuals:
@@ -402,6 +405,67 @@ def rope_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     return rope_convention_mismatch(out, golden, x, positions, base)
 
 
+def _kernel_call(
+    target: Target, tq: int, tk: int, dtype: torch.dtype, device, low: bool = False, sinks: bool = False
+) -> bool:
+    """Whether the target gives the oracle's output (loosely) on Tq queries over Tk keys; ``low``: every
+    logit far below zero (about -1e6), the rest as usual; with ``sinks`` where the target takes them."""
+    q = _randn(1, 2, tq, 4, seed=1, dtype=torch.float64)
+    k, v = (_randn(1, 2, tk, 4, seed=seed, dtype=torch.float64) for seed in (2, 3))
+    if low:
+        q[..., 0], k[..., 0] = 1000.0, -2000.0
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    keywords = dict(KEYWORDS, sinks=torch.linspace(-1.0, 1.5, 2, dtype=dtype) if sinks else None)
+    moved = {name: value.to(device) if torch.is_tensor(value) else value for name, value in keywords.items()}
+    with as_given():
+        out = target.attention(q.to(device), k.to(device), v.to(device), **moved)
+    out = out[0] if isinstance(out, tuple) else out
+    return loosely_equal(out, declared_attention(q, k, v, **keywords)[0])
+
+
+KERNEL_CAUSES = {
+    "several": "only when the keys span several key blocks (one whole block is right): the online softmax's "
+    "rescale: multiply the accumulator and the running sum by exp(m_old - m_new) whenever the max grows",
+    "partial": "only when the last key or query block is partial (whole blocks are right): the last partial "
+    "block dropped (a block count rounded down) or its padding not masked",
+    "low": "only at logits far below zero (about -1e6; ordinary logits are right): a running max that "
+    "starts at 0 or at a finite sentinel, or none: start it at -inf and subtract it before exp",
+    "decode": "only on the decode path (a few queries over more keys than its switch lengths; the square "
+    "problems are right): combine the key splits rescaled by each split's max, the sink counted once",
+    "half": "only at fp16/bf16 (float32 is right): the scores or the accumulator kept in half precision: "
+    "score and accumulate in float32, round the result once",
+}
+
+
+def kernel_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """Structural localisation for a blocked kernel (one that declares its block sizes): which of
+    one whole key block, several whole blocks, a partial last block, logits far below zero, the decode
+    path and half precision it gets wrong, said as the cause: the first of them wrong where one whole
+    block is right (several blocks before a partial one, which spans several too; the decode path
+    over whole blocks)."""
+    size = min(target.blocks)
+    if target.max_len is not None and target.max_len < 2 * size + 3:
+        return None
+    whole = math.lcm(*target.blocks)  # a length of whole blocks of every size
+    longest = -(-(max([*target.switches, 2 * size + 3]) + 1) // whole) * whole
+    if target.max_len is not None and longest > target.max_len:
+        longest = target.max_len
+    right = {
+        "one": _kernel_call(target, size, size, dtype, device),
+        "several": _kernel_call(target, 2 * size, 2 * size, dtype, device),
+        "partial": _kernel_call(target, 2 * size + 3, 2 * size + 3, dtype, device),
+        "low": _kernel_call(target, size, size, dtype, device, low=True),
+    }
+    if target.supports("decode"):
+        right["decode"] = _kernel_call(target, 1, longest, dtype, device, sinks=target.supports("sinks"))
+    if target.supports("float16"):
+        right["half"] = _kernel_call(target, 2 * size + 3, 2 * size + 3, torch.float16, device)
+    if not right["one"]:
+        return None  # wrong on a single whole block: no boundary or path to blame
+    wrong = [name for name, fine in right.items() if not fine]  # in order: what the others build on first
+    return KERNEL_CAUSES[wrong[0]] if wrong else None
+
+
 def cross_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     """Whether a cross-attention layer's first query ignores the context's last token: a causal mask on
     the context, which has no order."""
@@ -463,6 +527,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     if target.supports("module") and target.module is not None:
         checks.append(partial(module_finding, target))
     checks += [partial(cross_finding, target)] if target.supports("cross") else []
+    if target.attention is not None and target.blocks:
+        checks.append(partial(kernel_finding, target))
     findings: list[str] = []
     for check in checks:
         try:
