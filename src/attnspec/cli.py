@@ -325,7 +325,7 @@ def check(args: argparse.Namespace) -> int:
         limit, width = (None, None) if args.verbose else (BLOCKS, WIDTH)
         first = requirements_of_faults(diagnosis or "")
         print("\n".join(report.blocks(rerun, limit, width, diagnosis or "", first)))
-        report.write_full(failures / REPORT)
+        report.write_full(failures / REPORT, diagnosis or "")
         print(f"every failure in full: {_shown(failures / REPORT)}")
     if failures.is_dir() and not any(failures.iterdir()):
         failures.rmdir()  # nothing to hand back: the folder does not stay

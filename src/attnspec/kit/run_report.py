@@ -360,10 +360,12 @@ class RunReport:
         last "; "), with its first case: not one line per property."""
         return _said_once("refused", [(f.refused.rpartition("; ")[2], f.refused) for f in self.refused()])
 
-    def write_full(self, path: Path) -> None:
-        """Every failure with pytest's whole report of it, in the collection's order."""
+    def write_full(self, path: Path, diagnosis: str = "") -> None:
+        """The run's diagnosis, then every failure with pytest's whole report of it, in the collection's
+        order."""
         in_order = self._in_order()
-        parts = [
+        parts = [f"diagnosis: {diagnosis}"] if diagnosis else []
+        parts += [
             f"{'=' * 20} {', '.join(f.requirements) or '(no requirement)'}  {f.test}\n{f.full}"
             for f in in_order
         ]

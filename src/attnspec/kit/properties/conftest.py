@@ -225,7 +225,8 @@ def _diagnosis(target: targets.Target, device: str) -> str | None:
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A property that fails a target other than impl ends with the run's diagnosis of the target
-    (diagnosis.py: the other convention it follows, if any), computed once, at the first failure.
+    (diagnosis.py: the convention it follows or the fault it behaves as if it had, if any), computed
+    once, at the first failure (in a run of pytest; `attnspec check` prints it itself).
     Inside Hypothesis's own wrapper (trylast), the failing examples it left on the item are dropped:
     its pytest plugin would write a patch that adds them to the kit's test file (`git apply
     .hypothesis/patches/...` in the summary), the installed kit's, not the user's to edit."""
@@ -240,9 +241,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             report.sections.append(
                 ("attnspec could not build a reproducer", f"{type(error).__name__}: {error}")
             )
-        diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
-        if diagnosis:
-            report.sections.append(("attnspec's diagnosis of the target", diagnosis))
+        # (`attnspec check` diagnoses the target once, after the run, outside its time budget)
+        if not item.config.pluginmanager.has_plugin(ISOLATION):
+            diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
+            if diagnosis:
+                report.sections.append(("attnspec's diagnosis of the target", diagnosis))
     return report
 
 
