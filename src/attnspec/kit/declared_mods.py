@@ -13,6 +13,7 @@ import torch
 
 from attnspec.protocol.declared import mod_name
 from attnspec.protocol.targets import Target
+from attnspec.specs.counterfactuals.calls import next_power_of_two_slopes, power_of_two_slopes
 from attnspec.specs.mods import alibi_slopes, score_values
 
 POSITIONS = 8
@@ -60,13 +61,12 @@ def declared_mod_note(target: Target) -> str | None:
     if _alike(slopes, formula):
         return None
     how = "they are not ALiBi's formula's"
-    power = 2 ** math.ceil(math.log2(heads))
     if _alike(slopes, [-s for s in formula]):
         how = "their sign is flipped"
-    elif _alike(slopes, [2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)]):
+    elif _alike(slopes, power_of_two_slopes(heads)):
         how = "they are the power-of-two formula's, though the head count is not a power of two"
-    elif power != heads and _alike(slopes, alibi_slopes(power)[:heads]):
-        how = f"they are those of {power} heads"
+    elif _alike(slopes, next_power_of_two_slopes(heads)[:heads]):
+        how = f"they are those of {2 ** math.ceil(math.log2(heads))} heads"
     elif _alike(sorted(slopes), sorted(formula)):
         how = "they are ALiBi's in another head order"
     elif (

@@ -29,9 +29,9 @@ from attnspec.kit.conventions import (
 )
 from attnspec.kit.loading import current, running
 from attnspec.kit.localisation import (
-    BATCH_LEAK,
     SEED,
     batch_finding,
+    batch_leak,
     cross_finding,
     kernel_finding,
     module_finding,
@@ -236,13 +236,7 @@ def layer_finding(
     if convention is not None:
         return convention
     found = behaves_as_if(out, golden, at_layer(), lambda c: c.layer(LayerCase(x, keywords)))
-    found = found or batch_finding(out, golden)
-    if found is None and probe.batch > 1 and not loosely_equal(out, golden):
-        other = x.clone()
-        other[1:] = probe_randn(probe.batch - 1, probe.tq, spec.d_model, seed=9, dtype=dtype)
-        moved = layer.forward(other.to(device), 0)
-        if not loosely_equal(moved[:1], out[:1].detach().cpu().double()):
-            return BATCH_LEAK
+    found = found or batch_finding(out, golden) or batch_leak(layer, x.to(device), out, golden)
     if found is not None or layer.decode is None or not target.supports("cache"):
         return found
     chunks = (3, 1, 2)  # a prompt, then one token, then two
@@ -278,11 +272,12 @@ def named_faults(*variants: Target) -> list[str]:
 
 
 def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str | None:
-    """What ``target`` does instead of attnspec's conventions, one line per finding, found on small
-    deterministic problems within its capabilities (attention_probes, layer_probes, RoPE at a few
-    positions); None when it follows them there or misses the oracle in a way no other convention
-    explains.  A problem the target raises an error on tells nothing: its failing properties say why.
-    A target with a declaration is told what it was checked under first."""
+    """What is wrong with ``target``, one line per finding, found on small deterministic problems within
+    its capabilities (attention_probes, layer_probes, RoPE at a few positions, and localisation.py's
+    structural cases): the other convention it follows, the catalogue fault it behaves as if it had,
+    or where its failure lives; None when it matches the oracle there or misses it in a way none of
+    these explains.  A problem the target raises an error on tells nothing: its failing properties
+    say why.  A target with a declaration is told what it was checked under first."""
     dtype = torch.float64 if target.supports("float64") else torch.float32
     probes = attention_probes(target) if target.attention is not None else []  # a module has a layer only
     checks = [partial(attention_finding, target, probe) for probe in probes]

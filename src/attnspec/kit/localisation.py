@@ -48,6 +48,17 @@ def batch_finding(out: object, golden: torch.Tensor) -> str | None:
     )
 
 
+def batch_leak(layer, x: torch.Tensor, out: object, golden: torch.Tensor) -> str | None:
+    """For a layer that misses the oracle on a batch of several sequences ``x``: whether the first
+    sequence's outputs change when only the others change."""
+    if x.shape[0] < 2 or not isinstance(out, torch.Tensor) or loosely_equal(out, golden):
+        return None
+    other = x.clone()
+    other[1:] = probe_randn(*other[1:].shape, seed=9, dtype=x.dtype).to(x.device)
+    moved = layer.forward(other, 0)
+    return BATCH_LEAK if not loosely_equal(moved[:1], out[:1].detach().cpu().double()) else None
+
+
 def module_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     """What a module (a black box) shows on two sequences that differ in their last token alone: two
     outputs for one input in eval mode (dropout left on); the first rows changed in a decoder (a
@@ -190,7 +201,6 @@ def _kernel_call(
     moved = {name: value.to(device) if torch.is_tensor(value) else value for name, value in keywords.items()}
     with as_given():
         out = target.attention(q.to(device), k.to(device), v.to(device), **moved)
-    out = out[0] if isinstance(out, tuple) else out
     return loosely_equal(out, declared_attention(q, k, v, **keywords)[0])
 
 

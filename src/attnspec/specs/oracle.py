@@ -96,7 +96,7 @@ def visible_for(q, k, call: Call) -> torch.Tensor:
     return visible(q.shape[0], q.shape[1], q.shape[2], k.shape[2], call)
 
 
-def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+def per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(B, Hkv, T, x) keys or values as (B, Hq, T, x): query head h reads KV head h // (Hq / Hkv)."""
     group = n_heads // t.shape[1]
     return t[:, [h // group for h in range(n_heads)]]
@@ -105,7 +105,7 @@ def _per_query_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
 def _logits(q, k, scale: float, score_mod) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, Hq, Tq, Tk) logits q_i . k_j * scale after ``score_mod``, and the mod's slope d mod / d logit
     (None without a mod)."""
-    keys = _per_query_head(k, q.shape[1])
+    keys = per_query_head(k, q.shape[1])
     if q.dtype == GOLDEN:  # the golden: q_i . k_j as a product of matrices (its rounding is ~1e-16)
         logits = (q @ keys.mT) * scale
     else:  # each logit the sum of its d products, each product rounded in the dtype as it is formed
@@ -145,7 +145,7 @@ def attention_oracle(
     tk = k.shape[2]
     visible = visible_for(q, k, call)
     weights = _softmax_rows(q, k, visible, call.sinks, scale, call.score_mod)[..., :tk]
-    values = _per_query_head(v, q.shape[1])
+    values = per_query_head(v, q.shape[1])
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=dtype)
     for j in range(tk):
         out += torch.where(visible[:, :, :, j, None], weights[..., j, None] * values[:, :, None, j], 0.0)
@@ -161,7 +161,7 @@ def attention_oracle_by_rows(
     q, k, v, scale = _on_cpu(q, k, v, call.scale, dtype)
     visible = visible_for(q, k, call)
     weights = _softmax_rows(q, k, visible, call.sinks, scale, call.score_mod)[..., : k.shape[2]]
-    values = _per_query_head(v, q.shape[1])
+    values = per_query_head(v, q.shape[1])
     if dtype == GOLDEN:
         return weights @ values
     return (weights[..., None] * values[:, :, None]).sum(dim=-2)

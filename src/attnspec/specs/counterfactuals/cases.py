@@ -39,7 +39,7 @@ class LayerCase:
 
 @dataclass(frozen=True)
 class Counterfactual:
-    fault: str  # the catalogue's id ("F22"); "" for a neighbouring convention a target may declare
+    fault: str  # the catalogue's id ("F22"); "" for a cause the catalogue has no fault for
     behaves: str  # what the code does, in words
     fix: str  # what to change (for a convention: how to declare it)
     attention: Callable[[AttentionCase], torch.Tensor | None] | None = None

@@ -6,7 +6,6 @@ K and V."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -19,7 +18,7 @@ from ..oracle import (
     qk_norm_oracle,
     rope_oracle,
 )
-from .cases import ATTENTION_KEYWORDS, LayerCase, layer_oracle
+from .cases import ATTENTION_KEYWORDS, LayerCase, call_fields, layer_call, layer_oracle
 
 
 def _attend(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -29,10 +28,7 @@ def _attend(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
     n_heads = layer["n_heads"]
     if k.shape[1] != n_heads and layer.get("gqa", "grouped") == "tiled":
         k, v = k.repeat(1, n_heads // k.shape[1], 1, 1), v.repeat(1, n_heads // k.shape[1], 1, 1)
-    options: dict[str, Any] = {
-        name: layer.get(name) for name in ("window", "sinks", "scale", "score_mod", "mask_mod")
-    }
-    return attention_oracle(q, k, v, **options)[0]
+    return attention_oracle(q, k, v, **call_fields(layer_call(layer)))[0]
 
 
 def _output(case: LayerCase, merged: torch.Tensor) -> torch.Tensor:
@@ -98,6 +94,8 @@ def rotary_last_features(case: LayerCase) -> torch.Tensor | None:
     rotated, d = layer.get("rotary_dim"), layer["head_dim"]
     if not _rotating(case) or rotated in (None, d):
         return None
+    if layer.get("q_norm") is not None or layer.get("k_norm") is not None:
+        return None  # a gain per feature would have to follow the permutation too
     order = [*range(d - rotated, d), *range(d - rotated)]
     rows = {}
     for name, heads in (("wq", layer["n_heads"]), ("wk", layer["n_kv_heads"])):
@@ -106,8 +104,6 @@ def rotary_last_features(case: LayerCase) -> torch.Tensor | None:
         bias = layer.get(f"b{name[1]}")
         if bias is not None:
             rows[f"b{name[1]}"] = bias[index]
-    if layer.get("q_norm") is not None or layer.get("k_norm") is not None:
-        return None  # a gain per feature would have to follow the permutation too
     return layer_oracle(case, **rows)
 
 
