@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from attnspec.adapters import impl_target
 from attnspec.kit.properties.test_attention_layer import LayerCase, oracle_keywords
 from attnspec.protocol import declared
 from attnspec.protocol.targets import LayerSpec, Target
+from attnspec.specs.mods import soft_cap
 from attnspec.specs.oracle import attention_layer_oracle, attention_oracle, rope_oracle
 from tests.fixtures import broken_targets, declared_targets
 from tests.fixtures.kit_runs import assert_passes, run_properties
@@ -97,6 +99,36 @@ def test_unknown_or_contradictory_declarations_are_refused():
     short = torch.zeros(2)  # a bias table shorter than the keys
     broken = declaration_problems(score_mod=lambda score, b, h, q_idx, kv_idx: score + short[kv_idx])
     assert "its score_mod <lambda> cannot be evaluated on an index grid: IndexError" in broken[0], broken
+
+
+def module_problems(**declaring) -> list[str]:
+    """declared.problems of a module target (impl's model, no layer of its own) declaring more."""
+    module = replace(
+        impl_target.TARGET,
+        attention=None,
+        layer=None,
+        rope=None,
+        layer_runs=None,
+        capabilities=frozenset({"module", "padding", "chunks", "hidden_states"}),
+    )
+    return declared.problems(replace(module, **declaring))
+
+
+@pytest.mark.parametrize(
+    "declaring, says",
+    [
+        ({"conventions": frozenset({"window-inclusive"})}, "conventions of an attention function's call"),
+        ({"needs_contiguous": True}, "needs_contiguous is an attention function's"),
+        ({"heads": (2,), "rotary_pct": 0.5}, "it declares heads, rotary_pct, which only its layers use"),
+        ({"score_mod": soft_cap(5.0)}, "it declares score_mod, which only its layers use"),
+        ({"max_batch": 1}, "'padding' with max_batch = 1"),
+    ],
+    ids=["window-inclusive", "needs_contiguous", "heads", "score_mod", "max_batch"],
+)
+def test_a_module_refuses_in_one_line_each_declaration_it_cannot_use(declaring, says):
+    assert module_problems() == []
+    found = module_problems(**declaring)
+    assert len(found) == 1 and says in found[0], found
 
 
 @pytest.mark.parametrize("tq, tk, heads", [(5, 5, (4, 2)), (2, 6, (6, 2)), (3, 3, (6, 3))])

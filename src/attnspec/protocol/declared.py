@@ -89,6 +89,46 @@ def problems(target: Target) -> list[str]:
                 "(the target is called with causal=True, which it may ignore, and no window)"
             )
     found += _mod_problems(target)
+    return found + _unused(target)
+
+
+def _unused(target: Target) -> list[str]:
+    """Declarations the properties of this kind of target would drop: a module or a layer has no
+    attention call for the conventions of one (its layers report their own windows), a module checked
+    as a black box has no heads, head sizes, rotary share, score_mod or head grouping to use them on,
+    and a padded batch has two sequences.  One line each: none is dropped silently."""
+    found = []
+    function_only = [name for name in ("window-inclusive", "top-left") if name in target.conventions]
+    if target.attention is None and function_only:
+        found.append(
+            f"{' and '.join(map(repr, function_only))} are conventions of an attention function's call, and "
+            "this target has none: its layers are checked as they report themselves (declare a window "
+            "as attnspec counts it, W + 1 keys for a window that sees p - W <= j <= p)"
+        )
+    if target.attention is None and target.needs_contiguous:
+        found.append("needs_contiguous is an attention function's: this target has none")
+    white_box = target.layer is not None or target.layer_runs is not None or target.rope is not None
+    if target.attention is None and not white_box:
+        declared = [
+            name
+            for name, value in (
+                ("heads", target.heads),
+                ("kv_heads", target.kv_heads),
+                ("head_dims", target.head_dims),
+                ("rotary_pct", target.rotary_pct),
+                ("score_mod", target.score_mod),
+                ("'rope-interleaved'", "rope-interleaved" in target.conventions),
+                ("'gqa-tile'", "gqa-tile" in target.conventions),
+            )
+            if value
+        ]
+        if declared:
+            found.append(
+                f"it declares {', '.join(declared)}, which only its layers use, and it reports none: "
+                "a module is then checked as a black box (add layer() or layer_runs(), or drop them)"
+            )
+    if target.module is not None and target.max_batch == 1 and "padding" in target.capabilities:
+        found.append("'padding' with max_batch = 1: a padded batch holds two sequences or more")
     return found
 
 

@@ -183,7 +183,7 @@ class Target:
     # the longest sequence it takes: a module's T; an attention target's Tq and Tk (kit/strategies.py:
     # fit_to_target shortens every case to it)
     max_len: int | None = None
-    max_batch: int | None = None  # the largest batch an attention target takes (fit_to_target)
+    max_batch: int | None = None  # the largest batch it takes (fit_to_target; a module's batches)
     needs_contiguous: bool = False  # an attention target gets contiguous q, k, v (memory_layouts.py)
     decode: Callable | None = None
     vocab_size: int | None = None

@@ -31,9 +31,9 @@ from attnspec.kit import relations
 from attnspec.kit.asserts import assert_exactly_equal, assert_layer_golden
 from attnspec.kit.conventions import cache_ignored
 from attnspec.kit.loading import current
+from attnspec.kit.references import declared_kinds, run_keywords
 from attnspec.kit.strategies import full_precision, seeded_randn, seeds
-from attnspec.protocol.declared import kit_mods, kit_runs
-from attnspec.protocol.targets import LayerKind, LayerRun, LayerSpec
+from attnspec.protocol.declared import kit_runs
 from attnspec.specs.mods import mask_values, reach
 from attnspec.specs.oracle import attention_layer_oracle
 
@@ -85,7 +85,8 @@ def output_shape(x: torch.Tensor) -> tuple[int, ...]:
 def module_cases(draw: st.DrawFn, min_seq: int = 1, max_seq: int = LONGEST) -> ModuleCase:
     longest = min(max_seq, TARGET.max_len or max_seq)
     seq = draw(st.integers(min(min_seq, longest), longest))
-    return ModuleCase(draw(st.integers(1, 3)), seq, draw(seeds), draw(st.sampled_from(full_precision())))
+    batch = draw(st.integers(1, min(3, TARGET.max_batch or 3)))
+    return ModuleCase(batch, seq, draw(seeds), draw(st.sampled_from(full_precision())))
 
 
 def run(x: torch.Tensor, dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
@@ -417,7 +418,7 @@ class PaddedCase:
 @st.composite
 def padded_cases(draw: st.DrawFn, sides=("left", "right"), max_seq: int = LONGEST) -> PaddedCase:
     longest = min(max_seq, TARGET.max_len or max_seq)
-    lengths = draw(st.lists(st.integers(1, longest), min_size=2, max_size=3))
+    lengths = draw(st.lists(st.integers(1, longest), min_size=2, max_size=min(3, TARGET.max_batch or 3)))
     side = draw(st.sampled_from(sides))
     return PaddedCase(tuple(lengths), side, draw(seeds), draw(st.sampled_from(full_precision())))
 
@@ -451,6 +452,7 @@ def test_a_left_padded_batch_decodes_as_each_sequence_alone(case, data, device):
     seq, pads = padded.shape[1], padded.shape[1] - min(case.lengths)
     prompt = data.draw(st.integers(max(1, pads), seq), label="prompt")
     chunks = [prompt, *data.draw(chunkings(seq - prompt), label="chunks after the prompt")]
+
     @functools.cache
     def decoded(dtype):
         with torch.no_grad():
@@ -470,37 +472,6 @@ def test_a_left_padded_batch_decodes_as_each_sequence_alone(case, data, device):
 # --- MOD-13: the module's own layers, each of its declared kind --------------------------------------
 
 
-def declared_kinds(count: int) -> tuple[LayerKind, ...]:
-    """Each layer's kind: the schedule's, else causal layers (or an encoder's bidirectional ones), their
-    positions as each layer reports them."""
-    if TARGET.schedule:
-        return TARGET.schedule
-    mask = "causal" if TARGET.mask_mod is None else "bidirectional"
-    return (LayerKind(mask, rope=None),) * count
-
-
-def run_keywords(run: LayerRun, kind: LayerKind) -> dict:
-    """attention_layer_oracle's keywords for one of the module's own layers as ``kind``: its reported
-    parameters, the kind's mask, RoPE as the kind declares (else as the layer reports) at the kind's base
-    (else the layer's), the target's declared score_mod (or the layer's own)."""
-    run.layer.check_reports(LayerSpec(run.input.shape[-1], run.n_heads, run.n_kv_heads, run.head_dim))
-    score_mod, mask_mod = kit_mods(TARGET, run.n_heads, run.n_kv_heads, run.layer.score_mod)
-    reported = run.layer.reported()
-    if kind.rope is not None:
-        reported["rope"] = kind.rope
-    return {
-        "score_mod": score_mod,
-        "mask_mod": mask_mod if kind.mask in ("causal", "window") else kind.mask_mod(),
-        **reported,
-        "n_heads": run.n_heads,
-        "n_kv_heads": run.n_kv_heads,
-        "head_dim": run.head_dim,
-        "window": kind.window,
-        "base": run.base if kind.base is None else kind.base,
-        "offset": 0,
-    }
-
-
 @pytest.mark.req("MOD-13")
 @pytest.mark.needs("layer_runs")
 @given(case=module_cases(min_seq=2, max_seq=windowed_longest()))
@@ -512,10 +483,10 @@ def test_each_of_the_modules_own_layers_is_the_oracle_layer_of_its_kind(case, de
     x = case.make(device)
     with torch.no_grad():
         runs = kit_runs(TARGET, TARGET.module_method("layer_runs", case.dtype, device)(x))
-    kinds = declared_kinds(len(runs))
+    kinds = declared_kinds(TARGET, len(runs))
     assert len(runs) == len(kinds), f"layer_runs reported {len(runs)} layers for the {len(kinds)} declared"
     for i, (run, kind) in enumerate(zip(runs, kinds, strict=True)):
-        keywords = run_keywords(run, kind)
+        keywords = run_keywords(TARGET, run, kind)
         golden = attention_layer_oracle(run.input, **keywords)
         ref_lowp = attention_layer_oracle(run.input, **keywords, dtype=case.dtype, angles_in_dtype=True)
         what = f"the module's layer {i} ({kind}) vs the oracle layer of its kind ({case})"
