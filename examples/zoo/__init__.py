@@ -25,7 +25,9 @@ FlexAttention one, slow when eager, passes a selection of it there and the whole
 - ``cross_attention``: a Hugging-Face-Whisper-style decoder cross-attention sublayer (queries from the
   normed decoder states, keys and values from the encoder's output of another length and width) and
   torch's ``nn.MultiheadAttention(kdim=, vdim=)``, "cross" targets checked by their white box; twin
-  ``CAUSAL_ON_CONTEXT``: a decoder's causal mask reused on the encoder's tokens;
+  ``CAUSAL_ON_CONTEXT``: a decoder's causal mask reused on the encoder's tokens, ``CAUSAL_NO_KEY``: that
+  mask aligned bottom-right (the first queries of a longer decoder see no encoder token), ``KEYS_FROM_X``:
+  keys and values projected from the decoder's own states;
 - ``vit_encoder``: a timm-ViT-style bidirectional encoder (a fused ``qkv`` split by ``permute``, q scaled
   before the product, an additive key-padding mask, no positions in the blocks), a module target that
   declares its mask_mod all-visible;

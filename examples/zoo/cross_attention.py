@@ -13,7 +13,10 @@ Each builds its layer from the kit's LayerSpec (``context_dim``: the encoder's w
 parameters; the kit checks it against the cross oracle (LAYER-3), and that its queries do not see
 each other and its context has no order (LAYER-4).  The broken twin ``CAUSAL_ON_CONTEXT`` reuses a
 decoder's causal mask in cross-attention (query i sees encoder tokens 0..i only), a bug encoder-decoder
-code ships.
+code ships; ``CAUSAL_NO_KEY`` builds that mask aligned bottom-right, as self-attention with a cache
+does, so that over a context shorter than the decoder's tokens the first queries see no encoder token
+(NaN); ``KEYS_FROM_X`` projects keys and values from the decoder's own hidden states, a self-attention
+path left in (it crashes on an encoder of another width).
 
 A target of the zoo (examples/zoo/__init__.py).
 """
@@ -136,5 +139,54 @@ CAUSAL_ON_CONTEXT = Target(
     frozenset({"cross", "float64"}),
     "a Whisper-style cross-attention sublayer that masks the encoder's tokens causally",
     lambda spec: whisper_layer(spec, CausalOnContextSublayer),
+    tied_width=True,
+)
+
+
+class BottomRightCausal(WhisperStyleCrossAttention):
+    """The causal mask as a decoder with a cache aligns it (query i at key position Tc - Tq + i)."""
+
+    def scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        scores = super().scores(query, key)
+        tgt_len, src_len = scores.shape[-2:]
+        future = torch.ones(tgt_len, src_len, dtype=torch.bool, device=scores.device).triu(
+            src_len - tgt_len + 1
+        )
+        return scores.masked_fill(future, float("-inf"))
+
+
+class BottomRightCausalSublayer(CrossAttentionSublayer):
+    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
+        super().__init__(embed_dim, num_heads, kv_dim)
+        self.encoder_attn = BottomRightCausal(embed_dim, num_heads, kv_dim)
+
+
+class KeysFromHiddenStates(WhisperStyleCrossAttention):
+    """Self-attention's projections of the hidden states where the encoder's output belongs."""
+
+    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor) -> torch.Tensor:
+        return super().forward(hidden_states, hidden_states)
+
+
+class KeysFromHiddenStatesSublayer(CrossAttentionSublayer):
+    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
+        super().__init__(embed_dim, num_heads, kv_dim)
+        self.encoder_attn = KeysFromHiddenStates(embed_dim, num_heads, kv_dim)
+
+
+CAUSAL_NO_KEY = Target(
+    "cross-attention with a bottom-right causal mask",
+    None,
+    frozenset({"cross", "float64"}),
+    "a Whisper-style cross-attention sublayer whose causal mask leaves its first queries no encoder token",
+    lambda spec: whisper_layer(spec, BottomRightCausalSublayer),
+    tied_width=True,
+)
+KEYS_FROM_X = Target(
+    "cross-attention with keys from x",
+    None,
+    frozenset({"cross", "float64"}),
+    "a Whisper-style cross-attention sublayer that projects its keys and values from the hidden states",
+    lambda spec: whisper_layer(spec, KeysFromHiddenStatesSublayer),
     tied_width=True,
 )

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from attnspec.kit.loading import current
 from attnspec.protocol.declared import kit_mods
-from attnspec.protocol.targets import Layer, LayerSpec, Target
+from attnspec.protocol.targets import Layer, LayerKind, LayerRun, LayerSpec, Target
 from attnspec.specs.mods import alibi, alibi_slopes, composed, score_values, soft_cap
 from attnspec.specs.oracle import (
     Call,
@@ -65,6 +65,48 @@ def declared_layer_keywords(target: Target, layer: Layer, spec: LayerSpec, offse
         "window": spec.window,
         "base": spec.base,
         "offset": offset,
+    }
+
+
+# what a cross-attention layer reports that its oracle takes
+CROSS_REPORTED = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "norm_weight", "norm_bias", "norm", "eps")
+
+
+def cross_keywords(layer: Layer, spec: LayerSpec) -> dict:
+    """cross_attention_layer_oracle's keywords for a cross-attention ``layer`` built from ``spec``."""
+    reported = {name: getattr(layer, name) for name in CROSS_REPORTED}
+    sizes = {"n_heads": spec.n_heads, "n_kv_heads": spec.n_kv_heads, "head_dim": spec.head_dim}
+    return {**reported, **sizes, "residual": layer.residual, "scale": layer.scale}
+
+
+def declared_kinds(target: Target, count: int) -> tuple[LayerKind, ...]:
+    """Each layer's kind: the schedule's, else causal layers (or an encoder's bidirectional ones), their
+    positions as each layer reports them."""
+    if target.schedule:
+        return target.schedule
+    mask = "causal" if target.mask_mod is None else "bidirectional"
+    return (LayerKind(mask, rope=None),) * count
+
+
+def run_keywords(target: Target, run: LayerRun, kind: LayerKind) -> dict:
+    """attention_layer_oracle's keywords for one of the module's own layers as ``kind``: its reported
+    parameters, the kind's mask, RoPE as the kind declares (else as the layer reports) at the kind's base
+    (else the layer's), the target's declared score_mod (or the layer's own)."""
+    run.layer.check_reports(LayerSpec(run.input.shape[-1], run.n_heads, run.n_kv_heads, run.head_dim))
+    score_mod, mask_mod = kit_mods(target, run.n_heads, run.n_kv_heads, run.layer.score_mod)
+    reported = run.layer.reported()
+    if kind.rope is not None:
+        reported["rope"] = kind.rope
+    return {
+        "score_mod": score_mod,
+        "mask_mod": mask_mod if kind.mask in ("causal", "window") else kind.mask_mod(),
+        **reported,
+        "n_heads": run.n_heads,
+        "n_kv_heads": run.n_kv_heads,
+        "head_dim": run.head_dim,
+        "window": kind.window,
+        "base": run.base if kind.base is None else kind.base,
+        "offset": 0,
     }
 
 

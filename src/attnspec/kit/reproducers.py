@@ -71,7 +71,8 @@ def layer_refusal(error: BaseException) -> str | None:
 def refusal(target: targets.Target, error: BaseException) -> str | None:
     """For an error the target raised on an input: what it raised, on which call, and what to declare,
     found by calling it again with that call changed in one respect at a time (_what_to_declare);
-    None for any other error."""
+    None for any other error, and where no such change makes it take the call: a crash on a problem it
+    declares is a failure, not a refusal."""
     error = first_error(error)
     if not raised_by_the_target(error) or not hasattr(error, "attnspec_call"):
         return None
@@ -80,10 +81,11 @@ def refusal(target: targets.Target, error: BaseException) -> str | None:
         return None
     raised = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     call = {"q": args[0], "k": args[1], "v": args[2], "keywords": kwargs}
-    return f"it raised {raised.rstrip(': ')} on {described(call)}; {_what_to_declare(target, *args, kwargs)}"
+    declare = _what_to_declare(target, *args, kwargs)
+    return None if declare is None else f"it raised {raised.rstrip(': ')} on {described(call)}; {declare}"
 
 
-def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
+def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str | None:
     if not all(t.is_contiguous() for t in (q, k, v)) and _takes_contiguous(target, q, k, v, keywords):
         return (
             "it takes contiguous inputs only: make it read its inputs' strides (model code hands attention "
@@ -133,7 +135,7 @@ def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str:
     for differs, change, says in retries:
         if differs and _takes(target, q, k, v, keywords, **change):
             return says
-    return "no single change of its dtype, head size, length, head count, batch or switches made it take it"
+    return None  # no single change of its dtype, head size, length, head count, batch or switches
 
 
 def _takes_contiguous(target: targets.Target, q, k, v, keywords: dict) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sysconfig
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,6 +28,8 @@ def kit_code(filename: str) -> bool:
     target like any other."""
     path = Path(filename).resolve()
     return path.is_relative_to(PACKAGE) and not path.is_relative_to(PACKAGE / "impl")
+
+
 KEYWORDS = {"causal": True, "window": None, "sinks": None, "scale": None}
 CALL = ", ".join(f"{name}={value}" for name, value in KEYWORDS.items())
 
@@ -42,21 +45,20 @@ def load_problem(name: str, error: Exception) -> str:
         where = f" at {error.filename}, line {error.lineno}" if error.filename else ""
         return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{where}: {error.msg}"
     frames = traceback.extract_tb(error.__traceback__)
-    where = _raised_at(frames)
+    where = raised_at(frames)
     if any(frame.filename.startswith("<frozen importlib") for frame in frames):
         at = f" at {where}" if where else ""
-        return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{at}: {_first_line(error)}"
+        message = str(error).splitlines()[0] if str(error) else ""
+        return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{at}: {message}"
     return f"--impl {name}: {error}" + (f" (raised at {where})" if where else "")
 
 
-def _raised_at(frames: traceback.StackSummary) -> str | None:
+def raised_at(frames: traceback.StackSummary) -> str | None:
     """Where an error was raised ("FILE, line N") in code outside the kit: the innermost frame outside
     the standard library and the installed packages when there is one (the user's own module),
     else the innermost outside the kit; None when the kit itself raised it."""
     outside = [
-        frame
-        for frame in frames
-        if not frame.filename.startswith("<") and not kit_code(frame.filename)
+        frame for frame in frames if not frame.filename.startswith("<") and not kit_code(frame.filename)
     ]
     libraries = [Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")]
     own = [
@@ -162,15 +164,24 @@ def target_problems(target: Target, device: torch.device | str = "cpu") -> list[
     try:
         out = target.attention(q, k, v, **KEYWORDS)
     except Exception as error:  # any failure of the first call is the one line to show
-        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+        return [] if crashed(error) else [f"{call} raised {raised_as(error)} {SEE}"]
     problems = _result_problems(call, out, "(B, Hq, Tq, dv)", (batch, n_heads, tq, dv), q)
     if target.supports("weights"):
         problems += _weights_problems(target, q, k, v, (batch, n_heads, tq, tk))
     return problems
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else ""
+def crashed(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside the target's own code on a plain problem it declares: a failure
+    of the target, which the properties fail and the diagnosis places, not a set-up problem (a call the
+    target cannot even take, such as an argument its signature lacks, is raised where the kit calls it)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and not kit_code(frames[-1].filename)
+
+
+def raised_as(error: BaseException) -> str:
+    """An error in one line: its type and its message's first line."""
+    return f"{type(error).__name__}: {str(error).splitlines()[0]}" if str(error) else type(error).__name__
 
 
 def _result_problems(call: str, out: object, layout: str, shape: tuple[int, ...], q) -> list[str]:
@@ -181,9 +192,7 @@ def _result_problems(call: str, out: object, layout: str, shape: tuple[int, ...]
         problems.append(f"{call} returned shape {tuple(out.shape)}, expected {layout} = {shape} {SEE}")
     if out.dtype != q.dtype or out.device != q.device:
         problems.append(f"{call} returned {out.dtype} on {out.device} for {q.dtype} inputs on {q.device}")
-    if out.is_floating_point() and bool(torch.isnan(out).any()):
-        problems.append(f"{call} returned NaN for a plain causal problem")
-    return problems
+    return problems  # NaN or a crash inside the target on this plain problem is a failure: see crashed()
 
 
 def _weights_problems(target: Target, q, k, v, shape: tuple[int, ...]) -> list[str]:
@@ -191,7 +200,7 @@ def _weights_problems(target: Target, q, k, v, shape: tuple[int, ...]) -> list[s
     try:
         result = target.attention(q, k, v, **KEYWORDS, return_weights=True)
     except Exception as error:
-        return [f"{call} raised {type(error).__name__}: {_first_line(error)} (it declares 'weights') {SEE}"]
+        return [f"{call} raised {raised_as(error)} (it declares 'weights') {SEE}"]
     if not (isinstance(result, tuple | list) and len(result) == 2):
         what = type(result).__name__ if not isinstance(result, torch.Tensor) else "tensor"
         return [f"{call} returned a {what}, not (output, weights), and the target declares 'weights' {SEE}"]
@@ -213,7 +222,7 @@ def meta_problem(target: Target) -> str | None:
     try:
         target.attention(q, k, v, **KEYWORDS)
     except Exception as error:  # whatever stops it on meta
-        return f"{type(error).__name__}: {_first_line(error)}"
+        return f"{raised_as(error)}"
     return None
 
 
@@ -252,7 +261,7 @@ def layer_problems(target: Target, device: torch.device | str = "cpu") -> list[s
         with torch.no_grad():
             out = target.layer(spec).forward(x, 0, **(context if target.supports("cross") else {}))
     except Exception as error:  # any failure of the first call is the one line to show
-        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+        return [] if crashed(error) else [f"{call} raised {raised_as(error)} {SEE}"]
     return _result_problems(call, out, "(B, T, D)", tuple(x.shape), x)
 
 
@@ -274,5 +283,29 @@ def module_problems(target: Target, device: torch.device | str = "cpu") -> list[
         with torch.no_grad():
             out = target.module_in(like.dtype, x.device)(x)
     except Exception as error:  # any failure of the first call is the one line to show
-        return [f"{call} raised {type(error).__name__}: {_first_line(error)} {SEE}"]
+        return [f"{call} raised {raised_as(error)} {SEE}"]
     return _result_problems(call, out, layout, shape, like)
+
+
+def impossible_specs(target: Target, spec: targets.LayerSpec, rope: bool) -> dict[str, targets.LayerSpec]:
+    """What the layer of ``spec`` (valid) cannot be built as, by the target's declarations: Hq not a
+    multiple of Hkv (with gqa), an odd head size (with RoPE, unless head_dims rules it out), a width
+    that is not Hq times the head size (with tied_width)."""
+    bad = {}
+    if target.supports("gqa") and not target.heads:
+        bad["3 query heads over 2 KV heads"] = replace(
+            spec, n_heads=3, n_kv_heads=2, d_model=target.layer_width(3, spec.head_dim, 3 * spec.head_dim)
+        )
+    if rope and not target.head_dims:
+        width = target.layer_width(spec.n_heads, 3, spec.n_heads * 3)
+        bad["a head size of 3 under RoPE"] = replace(spec, head_dim=3, d_model=width)
+    if target.tied_width:
+        bad["a width of Hq * head size + 1"] = replace(spec, d_model=spec.n_heads * spec.head_dim + 1)
+    return bad
+
+
+def raised_by_the_kit(error: BaseException) -> bool:
+    """Whether ``error`` came from the kit's own code (reading the parameters of a layer that was
+    built), not from the target's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and kit_code(frames[-1].filename)

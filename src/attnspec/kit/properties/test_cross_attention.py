@@ -19,16 +19,16 @@ from hypothesis import strategies as st
 
 from attnspec.kit.asserts import assert_equal_within_golden, assert_golden
 from attnspec.kit.loading import current
+from attnspec.kit.references import cross_keywords
 from attnspec.kit.strategies import built_layer, float_dtypes, seeded_randn, seeds
 from attnspec.protocol.targets import Layer, LayerSpec
 from attnspec.specs.oracle import cross_attention_layer_oracle
 
 TARGET = current()
 pytestmark = pytest.mark.needs("cross")
+
+
 # what the cross oracle reads of a Layer: no RoPE, window, sinks or q/k norm in a cross layer
-REPORTED = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "norm_weight", "norm_bias", "norm", "eps")
-
-
 @dataclass(frozen=True)
 class CrossCase:
     spec: LayerSpec
@@ -72,11 +72,7 @@ def run(layer: Layer, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
 
 
 def oracle(layer: Layer, case: CrossCase, x: torch.Tensor, context: torch.Tensor, dtype=torch.float64):
-    reported = {name: getattr(layer, name) for name in REPORTED}
-    sizes = {"n_heads": case.spec.n_heads, "n_kv_heads": case.spec.n_kv_heads, "head_dim": case.spec.head_dim}
-    return cross_attention_layer_oracle(
-        x, context, **reported, **sizes, residual=layer.residual, scale=layer.scale, dtype=dtype
-    )
+    return cross_attention_layer_oracle(x, context, **cross_keywords(layer, case.spec), dtype=dtype)
 
 
 # --------------------------------------------------------------------------- LAYER-3
