@@ -23,6 +23,7 @@ from attnspec.kit.loading import load
 from attnspec.specs.mods import alibi, alibi_slopes
 from attnspec.specs.oracle import attention_oracle
 from tests.fixtures.broken_targets import FINDINGS
+from tests.fixtures.structural_targets import CAUSES
 
 BROKEN = "tests.fixtures.broken_targets"
 
@@ -133,3 +134,9 @@ def test_alibis_own_slopes_or_attnspecs_mod_get_no_note():
         declared_mod_note(replace(load("torch"), score_mod=own_alibi(alibi_slopes(12)), heads=(12,))) is None
     )
     assert declared_mod_note(replace(load("torch"), score_mod=alibi(alibi_slopes(12)), heads=(12,))) is None
+
+
+@pytest.mark.parametrize("broken", CAUSES)
+def test_the_diagnosis_names_the_fault_of_a_target_that_raises_builds_or_schedules_wrong(broken):
+    diagnosis = target_diagnosis(load(f"tests.fixtures.structural_targets:{broken}")) or ""
+    assert f"({CAUSES[broken]}" in diagnosis, f"{broken}: {diagnosis!r}"

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnspec.specs import mods
-from attnspec.specs.counterfactuals import AttentionCase, LayerCase, at_attention, at_layer
-from attnspec.specs.oracle import Call, attention_layer_oracle, attention_oracle
+from attnspec.specs.counterfactuals import AttentionCase, LayerCase, RopeCase, at_attention, at_layer, at_rope
+from attnspec.specs.oracle import Call, attention_layer_oracle, attention_oracle, rope_oracle
 
 
 def randn(*shape: int, seed: int) -> torch.Tensor:
@@ -143,3 +143,31 @@ def test_code_written_with_a_fault_computes_its_counterfactual(bug, fault):
     out = faulty_attention(q, k, v, **bug)
     assert not torch.allclose(out, attention_oracle(q, k, v, **vars(call))[0], atol=1e-9)
     assert fault in named(out, AttentionCase(q, k, v, call))
+
+
+def rotate_half_split(t: torch.Tensor, positions: list[int], base: float = 10000.0) -> torch.Tensor:
+    """RoPE as model code writes it: pairs (i, i + d/2), rotate_half."""
+    half = t.shape[-1] // 2
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * base ** (
+        -torch.arange(half, dtype=torch.float64) * 2 / t.shape[-1]
+    )
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
+    return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+
+PARTIAL_ROTARY_BUGS = {
+    "the whole head": lambda x, r, p: rotate_half_split(x, p),
+    "the last features": lambda x, r, p: torch.cat([x[..., :-r], rotate_half_split(x[..., -r:], p)], -1),
+    "rotated after the rest": lambda x, r, p: torch.cat([x[..., r:], rotate_half_split(x[..., :r], p)], -1),
+}
+
+
+@pytest.mark.parametrize("bug", PARTIAL_ROTARY_BUGS)
+def test_partial_rotary_written_with_a_fault_computes_one_rope_counterfactual(bug):
+    x, positions, r = randn(1, 2, 5, 8, seed=40), [0, 3, 1, 7, 12], 4
+    out = PARTIAL_ROTARY_BUGS[bug](x, r, positions)
+    case = RopeCase(x, positions, 10000.0, r)
+    golden = torch.cat([rotate_half_split(x[..., :r], positions), x[..., r:]], dim=-1)
+    assert torch.allclose(rope_oracle(x, positions, rotary_dim=r), golden, atol=1e-12)
+    matched = [c for c in at_rope() if (e := c.rope(case)) is not None and torch.allclose(out, e, atol=1e-9)]
+    assert [c.fault for c in matched] == ["F26"], [c.behaves for c in matched]

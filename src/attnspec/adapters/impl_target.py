@@ -163,6 +163,10 @@ def _alibi(q, k, v, **call):
     return scaled_dot_product_attention(q, k, v, alibi_slopes=alibi_slopes(q.shape[1], q.device), **call)
 
 
+def _half_rotary(x, positions, base=10000.0):
+    return apply_rope(x, positions, base=base, rotary_dim=x.shape[-1] // 2)
+
+
 VARIANTS = (
     replace(
         TARGET,
@@ -189,15 +193,26 @@ VARIANTS = (
         name="impl (partial rotary, q/k norm)",
         attention=None,
         layer=partial(layer, rotary_dim=2, qk_norm=True),
+        rope=_half_rotary,
+        rotary_pct=0.5,
         module=None,
-        capabilities=frozenset({"layer", "float64", "gqa", "window", "sinks", "offset", "cache"}),
+        capabilities=frozenset({"layer", "float64", "gqa", "window", "sinks", "offset", "cache", "rope"}),
     ),
 )
 
 
 def named_faults() -> list[str]:
     """The catalogue faults the diagnosis names for impl/ and its declared variants (the main job's
-    plan calls it with each killed catalogue mutant on)."""
+    plan calls it with each killed catalogue mutant on).  impl's model is built anew, with the mutant
+    on, as importing mutated code builds it (a window placed on the wrong layers when it is built)."""
     from attnspec.kit.diagnosis import named_faults as named
 
-    return named(*VARIANTS)
+    model = Model()
+    built = replace(
+        TARGET,
+        module=model,
+        decode=model.decode,
+        hidden_states=model.hidden_states,
+        layer_runs=model.layer_runs,
+    )
+    return named(built, *VARIANTS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import traceback
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -27,7 +28,7 @@ from attnspec.kit.conventions import (
     loosely_equal,
     rope_convention_mismatch,
 )
-from attnspec.kit.loading import current, running
+from attnspec.kit.loading import running
 from attnspec.kit.localisation import (
     SEED,
     batch_finding,
@@ -35,14 +36,25 @@ from attnspec.kit.localisation import (
     cross_finding,
     kernel_finding,
     module_finding,
+    plain_spec,
     probe_randn,
+    refusal_finding,
+    schedule_finding,
 )
 from attnspec.kit.references import declared_attention, declared_keywords, declared_layer_keywords
-from attnspec.kit.target_checks import KEYWORDS
+from attnspec.kit.target_checks import KEYWORDS, raised_as, raised_at
 from attnspec.protocol.declared import declaration
 from attnspec.protocol.memory_layouts import as_given, heads_after_positions
-from attnspec.protocol.targets import LayerKind, LayerSpec, Target
-from attnspec.specs.counterfactuals import AttentionCase, Counterfactual, LayerCase, at_attention, at_layer
+from attnspec.protocol.targets import Layer, LayerKind, LayerSpec, Target
+from attnspec.specs.counterfactuals import (
+    AttentionCase,
+    Counterfactual,
+    LayerCase,
+    RopeCase,
+    at_attention,
+    at_layer,
+    at_rope,
+)
 from attnspec.specs.oracle import Call, attention_layer_oracle, rope_oracle
 
 
@@ -239,29 +251,117 @@ def layer_finding(
     found = found or batch_finding(out, golden) or batch_leak(layer, x.to(device), out, golden)
     if found is not None or layer.decode is None or not target.supports("cache"):
         return found
-    chunks = (3, 1, 2)  # a prompt, then one token, then two
-    decoded = layer.decode(x.to(device), list(chunks))
-    case = LayerCase(x, keywords, chunks)
-    return behaves_as_if(decoded, golden, at_layer(), lambda c: c.layer(case))
+    return decode_finding(target, layer, spec, probe.batch, device, dtype)
+
+
+# a prompt of two, two tokens, one and three: into an empty cache and past a window of 3, several tokens
+# and one, each read back by a later chunk
+DECODED = (2, 2, 1, 3)
+
+
+def decode_finding(
+    target: Target, layer: Layer, spec: LayerSpec, batch: int, device, dtype: torch.dtype
+) -> str | None:
+    """What ``layer``, right in one pass, does wrong decoded in the chunks of DECODED through its cache:
+    the fault it behaves as if it had, else (for a windowed layer whose twin without the window decodes
+    right) its windowed cache."""
+    length = min(sum(DECODED), target.max_len or sum(DECODED))
+    chunks = [
+        size for size in (min(size, length - sum(DECODED[:i])) for i, size in enumerate(DECODED)) if size > 0
+    ]
+    x = probe_randn(batch, length, spec.d_model, seed=4, dtype=dtype)
+
+    def run(spec: LayerSpec, layer: Layer) -> tuple[object, torch.Tensor, dict]:
+        keywords = declared_layer_keywords(target, layer, spec)
+        return layer.decode(x.to(device), chunks), attention_layer_oracle(x, **keywords), keywords
+
+    decoded, golden, keywords = run(spec, layer)
+    case = LayerCase(x, keywords, tuple(chunks))
+    found = behaves_as_if(decoded, golden, at_layer(), lambda c: c.layer(case))
+    if found is not None or spec.window is None or loosely_equal(decoded, golden):
+        return found
+    full = replace(spec, window=None)
+    unwindowed, golden, _ = run(full, target.layer(full))
+    return WINDOWED_CACHE if loosely_equal(unwindowed, golden) else None
+
+
+WINDOWED_CACHE = (
+    "decoded in chunks, a windowed layer's outputs differ from its one pass once the window fills, though "
+    "the same layer without the window decodes right: its windowed cache keeps, hands over or writes the "
+    "wrong positions (F11: eviction off by one, W+1 or W-1 held; F20: trimmed to the last W before the "
+    "chunk's first queries attend; or F13: K and V swapped on one of its write paths): keep the last W "
+    "positions as they came, and hand a chunk every key its first query sees"
+)
+
+
+AXES = (
+    "shapes: it raises on {seq} positions over {heads} heads ({error}) and runs when the positions are as "
+    "many as the heads: the heads and positions axes are confused in a view or reshape (F4; or F15 where "
+    "it groups the query heads by KV head): split (B, T, H*d) as view(B, T, H, d).transpose(1, 2), and "
+    "group q (B, Hq, T, d) as (B, Hkv, r*T, d)"
+)
+
+
+def shapes_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """For a target that raises on the plain problem (6 positions over 2 heads, as attention or as a
+    layer): whether the same problem runs with 2 positions, as many as the heads (a view or reshape
+    that takes one axis for the other); else where in its own code it raises."""
+
+    def attention(seq: int) -> None:
+        _attention_call(target, Probe(2, 2, seq, seq), device, dtype)
+
+    def layer(seq: int) -> None:
+        spec = plain_spec(target, device, dtype)
+        target.layer(spec).forward(probe_randn(1, seq, spec.d_model, seed=4, dtype=dtype).to(device), 0)
+
+    def raised(call, seq: int) -> Exception | None:
+        try:
+            call(seq)
+        except Exception as error:  # what the target raises is the evidence
+            return error
+        return None
+
+    levels = [attention] if target.attention is not None else []
+    levels += [layer] if target.supports("layer") else []
+    for call in levels:
+        error = raised(call, 6)
+        if error is None:
+            continue
+        if raised(call, 2) is None:
+            return AXES.format(seq=6, heads=2, error=raised_as(error)[:120])
+        where = raised_at(traceback.extract_tb(error.__traceback__))
+        return CRASH.format(
+            level=call.__name__, error=raised_as(error)[:120], where=f" ({where})" if where else ""
+        )
+    return None
+
+
+CRASH = (
+    "crash: the {level} raises on a plain problem it declares (6 positions over 2 heads): {error}{where}: a "
+    "failure of its own code, not an input it may refuse"
+)
 
 
 def rope_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     x, positions = probe_randn(1, 2, 5, target.head_size(8), seed=5, dtype=dtype), [0, 3, 1, 7, 12]
     base = float(target.rope_base or 10000.0)
     out = target.rope(x.to(device), torch.tensor(positions, device=device), base)
-    golden = rope_oracle(x, positions, base, rotary_dim=target.rotary_dim(x.shape[-1]))
-    return rope_convention_mismatch(out, golden, x, positions, base)
+    rotary_dim = target.rotary_dim(x.shape[-1])
+    golden = rope_oracle(x, positions, base, rotary_dim=rotary_dim)
+    convention = rope_convention_mismatch(out, golden, x, positions, base)
+    case = RopeCase(x, positions, base, rotary_dim)
+    return convention or behaves_as_if(out, golden, at_rope(), lambda c: c.rope(case))
 
 
-def named_faults(*variants: Target) -> list[str]:
-    """The catalogue faults (F1, F22, ...) the diagnosis of the run's target names, and of each of its
-    ``variants`` (the same code declared with more of its features on): what a mutation campaign
-    records for each catalogue mutant it kills, to grade the diagnosis (the campaign's terse failures
-    switched off for it)."""
+def named_faults(*targets: Target) -> list[str]:
+    """The catalogue faults (F1, F22, ...) the diagnosis of each of ``targets`` names (the run's target,
+    then the same code declared with more of its features on): what a mutation campaign records for
+    each catalogue mutant it kills, to grade the diagnosis (the campaign's terse failures switched off
+    for it)."""
     terse = os.environ.pop(TERSE, None)
     said = []
     try:
-        for target in (current(), *variants):
+        for target in targets:
             with running(target):
                 said.append(target_diagnosis(target) or "")
     finally:
@@ -280,7 +380,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     say why.  A target with a declaration is told what it was checked under first."""
     dtype = torch.float64 if target.supports("float64") else torch.float32
     probes = attention_probes(target) if target.attention is not None else []  # a module has a layer only
-    checks = [partial(attention_finding, target, probe) for probe in probes]
+    checks = [partial(shapes_finding, target)]
+    checks += [partial(attention_finding, target, probe) for probe in probes]
     if target.attention is not None and dtype == torch.float64:
         checks.append(partial(precision_finding, target))
     if target.attention is not None and not target.needs_contiguous:
@@ -288,8 +389,10 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     checks += [partial(rope_finding, target)] if target.supports("rope") else []
     if target.supports("layer"):
         checks += [partial(layer_finding, target, probe, kind) for probe, kind in layer_probes(target)]
+    if target.supports("layer") and target.supports("sizes"):
+        checks.append(partial(refusal_finding, target))
     if target.supports("module") and target.module is not None:
-        checks.append(partial(module_finding, target))
+        checks += [partial(module_finding, target), partial(schedule_finding, target)]
     checks += [partial(cross_finding, target)] if target.supports("cross") else []
     if target.attention is not None and target.blocks:
         checks.append(partial(kernel_finding, target))

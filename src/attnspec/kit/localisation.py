@@ -9,15 +9,18 @@ decode path or half precision).  diagnosis.py runs them beside the counterfactua
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
 from attnspec.kit.conventions import cache_ignored, loosely_equal
-from attnspec.kit.references import declared_attention
-from attnspec.kit.target_checks import KEYWORDS
+from attnspec.kit.references import cross_keywords, declared_attention, run_keywords
+from attnspec.kit.target_checks import KEYWORDS, impossible_specs, raised_as, raised_by_the_kit
+from attnspec.protocol.declared import kit_runs
 from attnspec.protocol.memory_layouts import as_given
 from attnspec.protocol.targets import LayerSpec, Target
 from attnspec.specs.mods import mask_values
+from attnspec.specs.oracle import attention_layer_oracle, cross_attention_layer_oracle, pre_norm_oracle
 
 SEED = 0
 
@@ -25,6 +28,11 @@ SEED = 0
 def probe_randn(*shape: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
     generator = torch.Generator().manual_seed(SEED + seed)
     return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)
+
+
+def plain_spec(target: Target, device, dtype: torch.dtype) -> LayerSpec:
+    """The plain layer the diagnosis asks for: width 12, 2 heads of 4, fitted to the target."""
+    return target.fitted(LayerSpec(12, 2, 2, 4, seed=SEED, dtype=dtype, device=device))
 
 
 BATCH_LEAK = (
@@ -59,22 +67,28 @@ def batch_leak(layer, x: torch.Tensor, out: object, golden: torch.Tensor) -> str
     return BATCH_LEAK if not loosely_equal(moved[:1], out[:1].detach().cpu().double()) else None
 
 
-def module_finding(target: Target, device, dtype: torch.dtype) -> str | None:
-    """What a module (a black box) shows on two sequences that differ in their last token alone: two
-    outputs for one input in eval mode (dropout left on); the first rows changed in a decoder (a
-    future token seen: no causal mask) or unchanged in an encoder that declares every key visible (a
-    causal mask left on)."""
+def module_inputs(target: Target, device, dtype: torch.dtype) -> tuple:
+    """A module's probe: one sequence of 6 tokens (ids for a model, else vectors of ``dtype``), the same
+    with its last token changed, and the dtype the module then runs in (a model's: the default)."""
     gen = torch.Generator().manual_seed(SEED)
     if target.vocab_size is not None:
         x = torch.randint(0, target.vocab_size, (1, 6), generator=gen).to(device)
         changed = x.clone()
         changed[:, -1] = (x[:, -1] + 1) % target.vocab_size
-        module = target.module_in(torch.get_default_dtype(), x.device)
-    else:
-        x = torch.randn(1, 6, target.d_model, generator=gen, dtype=torch.float64).to(device, dtype)
-        changed = x.clone()
-        changed[:, -1] += torch.randn(x.shape[-1], generator=gen, dtype=torch.float64).to(device, dtype)
-        module = target.module_in(dtype, x.device)
+        return x, changed, torch.get_default_dtype()
+    x = torch.randn(1, 6, target.d_model, generator=gen, dtype=torch.float64).to(device, dtype)
+    changed = x.clone()
+    changed[:, -1] += torch.randn(x.shape[-1], generator=gen, dtype=torch.float64).to(device, dtype)
+    return x, changed, dtype
+
+
+def module_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """What a module (a black box) shows on two sequences that differ in their last token alone: two
+    outputs for one input in eval mode (dropout left on); the first rows changed in a decoder (a
+    future token seen: no causal mask) or unchanged in an encoder that declares every key visible (a
+    causal mask left on)."""
+    x, changed, dtype = module_inputs(target, device, dtype)
+    module = target.module_in(dtype, x.device)
     first, second, moved = module(x), module(x), module(changed)
     if not all(
         isinstance(out, torch.Tensor) and out.shape[:2] == x.shape[:2] for out in (first, second, moved)
@@ -102,18 +116,44 @@ def module_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     return padding_finding(target, module, x) if target.supports("padding") else None
 
 
-def padding_finding(target: Target, module, x: torch.Tensor) -> str | None:
-    """Whether the module gives a sequence, left-padded by one token under its attention_mask, the
-    outputs it gives that sequence alone; where it does not, whether it gave what the pad seen gives."""
-    pad = x[:, :1].clone()
-    padded = torch.cat([pad, x], dim=1)
+def left_padded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` after a pad (a copy of its first token), and the attention_mask that marks the pad 0."""
+    padded = torch.cat([x[:, :1].clone(), x], dim=1)
     mask = torch.ones(padded.shape[:2], dtype=torch.long, device=x.device)
     mask[:, 0] = 0
-    alone, masked, unmasked = module(x), module(padded, attention_mask=mask), module(padded)
+    return padded, mask
+
+
+def padded_pass_finding(module, x: torch.Tensor) -> str | None:
+    """What the module's one pass over ``x`` left-padded by one token under its attention_mask gives
+    against ``x`` alone: the same (None), a refusal, NaN, the pad seen."""
+    padded, mask = left_padded(x)
+    alone, unmasked = module(x), module(padded)
+    try:
+        masked = module(padded, attention_mask=mask)
+    except Exception as error:  # it runs without the mask: the mask is what it refuses
+        return PADDING_REFUSED.format(error=raised_as(error)[:120])
     if not loosely_equal(masked[:, 1:], alone.detach().cpu().double()):
+        if not masked[:, 1:].isfinite().all() and alone.isfinite().all():
+            return PADDING_NAN
         return PADDING_IGNORED if loosely_equal(masked, unmasked.detach().cpu().double()) else PADDING_SEEN
+    return None
+
+
+def padding_finding(target: Target, module, x: torch.Tensor) -> str | None:
+    """Whether the module gives a sequence, left-padded by one token under its attention_mask, the
+    outputs it gives that sequence alone (also as long as each length where the target switches code
+    path); where it does not, whether it gave what the pad seen gives; then the same decoded."""
+    longest = math.inf if target.max_len is None else target.max_len - 1
+    for length in (x.shape[1], *(n for n in target.switches if n <= longest)):
+        longer = x.repeat(1, math.ceil(length / x.shape[1]), *[1] * (x.dim() - 2))[:, :length]
+        found = padded_pass_finding(module, longer)
+        if found is not None:
+            return found
     if not (target.supports("chunks") and target.decode is not None):
         return None
+    padded, mask = left_padded(x)
+    unmasked, masked = module(padded), module(padded, attention_mask=mask)
     dtype = torch.get_default_dtype() if target.vocab_size else x.dtype
     decode = target.module_method("decode", dtype, x.device)
     chunks = [3, padded.shape[1] - 3]
@@ -158,6 +198,16 @@ PADDING_IGNORED = (
 )
 
 
+PADDING_REFUSED = (
+    "a left-padded call with an attention_mask of 1s and a 0 for the pad raises ({error}), though the "
+    "target declares padding and runs without the mask (F17: the mask's check or its use rejects a valid "
+    "mask): accept 0/1 masks and hide the pads' keys"
+)
+PADDING_NAN = (
+    "a left-padded sequence's outputs are NaN: the pad's query sees no key, its softmax over nothing but "
+    "-inf is NaN, and the layers after read it as a key or value (0 * NaN) (F1: a row with every key "
+    "masked is not set to 0): zero the weights of a query that sees no key"
+)
 PADDING_SEEN = (
     "a left-padded sequence's outputs differ from the sequence's alone, though the attention_mask marks "
     "the pad (F17: the pad's key seen, the mask inverted or dropped on the way, or positions counted from "
@@ -248,11 +298,25 @@ def kernel_finding(target: Target, device, dtype: torch.dtype) -> str | None:
 
 
 def cross_finding(target: Target, device, dtype: torch.dtype) -> str | None:
-    """Whether a cross-attention layer's first query ignores the context's last token: a causal mask on
-    the context, which has no order."""
-    spec = target.fitted(LayerSpec(12, 2, 2, 4, seed=SEED, dtype=dtype, device=device, context_dim=10))
+    """What a cross-attention layer does with its context: leaves its first queries with no context token
+    (NaN) where the context is shorter than x; projects its keys and values from x instead; or its first
+    query ignores the context's last token (a causal mask on the context, which has no order)."""
+    spec = target.fitted(LayerSpec(12, 2, 2, 4, seed=SEED, dtype=dtype, device=device))
     layer = target.layer(spec)
     x = probe_randn(1, 5, spec.d_model, seed=4, dtype=dtype).to(device)
+    short = probe_randn(1, 3, spec.d_model, seed=5, dtype=dtype).to(device)
+    out = layer.forward(x, 0, context=short)
+    if isinstance(out, torch.Tensor) and out.shape == x.shape:
+        blind = [i for i in range(x.shape[1]) if not out[:, i].isfinite().all()]
+        if blind:
+            return CROSS_NO_KEY.format(queries=_spans(blind), tq=x.shape[1], tc=short.shape[1])
+        keywords = cross_keywords(layer, spec)
+        normed = pre_norm_oracle(x, *(keywords[name] for name in ("norm", "norm_weight", "norm_bias", "eps")))
+        golden, *from_x = (cross_attention_layer_oracle(x, c, **keywords) for c in (short, x, normed))
+        if not loosely_equal(out, golden) and any(loosely_equal(out, keys) for keys in from_x):
+            return CROSS_FROM_X
+    spec = target.fitted(replace(spec, context_dim=10))
+    layer = target.layer(spec)
     context = probe_randn(1, 6, spec.context_dim or spec.d_model, seed=5, dtype=dtype).to(device)
     moved = context.clone()
     moved[:, -1] = probe_randn(moved.shape[-1], seed=6, dtype=dtype).to(device)
@@ -264,8 +328,75 @@ def cross_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     return None
 
 
+def _spans(indices: list[int]) -> str:
+    return f"{indices[0]}" if len(indices) == 1 else f"{indices[0]}..{indices[-1]}"
+
+
+CROSS_NO_KEY = (
+    "queries {queries} of {tq} return NaN over a context of {tc} tokens: they see no context token, as a "
+    "causal mask aligned bottom-right (query i at position Tc - Tq + i) leaves them (F25: a decoder's mask "
+    "reused on the encoder's tokens): cross-attention sees every context token, with no mask but the "
+    "context's padding"
+)
+CROSS_FROM_X = (
+    "behaves as if: the keys and values are projected from the layer's own input x (or x after the "
+    "pre-norm), not from the context: a self-attention path left in the cross-attention layer: project k "
+    "and v from the context (the encoder's output)"
+)
 CROSS_CAUSAL = (
     "behaves as if: a causal mask is applied to the context: query 0 ignores every context token but "
     "the first (a decoder's mask reused on the encoder's tokens) (F25): cross-attention sees every "
     "context token, with no mask but the context's padding"
 )
+
+
+def schedule_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """For a module that declares layers of several kinds and reports its own layers' runs: the layers
+    that run as another declared kind than the schedule's (a window on the odd layers, on every layer,
+    or on none)."""
+    kinds = target.schedule
+    if len(set(kinds)) < 2 or not target.supports("layer_runs"):
+        return None
+    x, _, dtype = module_inputs(target, device, dtype)
+    with torch.no_grad():
+        runs = kit_runs(target, target.module_method("layer_runs", dtype, x.device)(x))
+    if len(runs) != len(kinds):
+        return None
+    misplaced = []
+    for i, (run, kind) in enumerate(zip(runs, kinds, strict=True)):
+
+        def runs_as(other, run=run) -> bool:
+            expected = attention_layer_oracle(run.input.double().cpu(), **run_keywords(target, run, other))
+            return loosely_equal(run.output, expected)
+
+        if runs_as(kind):
+            continue
+        others = [other for other in dict.fromkeys(kinds) if other != kind and runs_as(other)]
+        if not others:
+            return None  # wrong in some other way: the properties say how
+        misplaced.append(f"layer {i} runs as {others[0]}, declared {kind}")
+    if not misplaced:
+        return None
+    return (
+        f"behaves as if: the layers' kinds are misplaced: {'; '.join(misplaced)} (F8: the sliding window "
+        "on the wrong layers, e.g. layer_idx % 2 flipped or every layer windowed): give each layer the "
+        "window (or mask) the schedule declares for it"
+    )
+
+
+def refusal_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """For a target that declares the sizes a layer refuses: the impossible layer it builds without an
+    error (a check of its sizes removed)."""
+    spec = plain_spec(target, device, dtype)
+    for what, impossible in impossible_specs(target, spec, target.layer(spec).rope).items():
+        try:
+            target.layer(impossible)
+        except Exception as error:  # refused, unless the kit raised it reading what was built
+            if not raised_by_the_kit(error):
+                continue
+        return (
+            f"builds a layer for {what} without an error, though no layer can compute it (F9: the check that "
+            "Hq is a multiple of Hkv, or that the head size is even under RoPE, removed): refuse such sizes "
+            "when the layer is built (raise a ValueError)"
+        )
+    return None

@@ -13,7 +13,6 @@ impl's own AttentionBlock is the "impl" target's layer.
 from __future__ import annotations
 
 import functools
-import traceback
 from dataclasses import dataclass, replace
 
 import pytest
@@ -40,7 +39,7 @@ from attnspec.kit.strategies import (
     seeds,
     split_sequence,
 )
-from attnspec.kit.target_checks import kit_code
+from attnspec.kit.target_checks import impossible_specs, raised_by_the_kit
 from attnspec.protocol.targets import Layer, LayerKind, LayerSpec
 from attnspec.specs.oracle import attention_layer_oracle
 
@@ -225,37 +224,13 @@ def test_a_layers_declared_score_mod_is_applied_where_it_bends_the_logits(device
 # --------------------------------------------------------------------------- LAYER-2
 
 
-def impossible_specs(spec: LayerSpec, rope: bool) -> dict[str, LayerSpec]:
-    """What the layer of ``spec`` (valid) cannot be built as, by the target's declarations: Hq not a
-    multiple of Hkv (with gqa), an odd head size (with RoPE, unless head_dims rules it out), a width
-    that is not Hq times the head size (with tied_width)."""
-    bad = {}
-    if TARGET.supports("gqa") and not TARGET.heads:
-        bad["3 query heads over 2 KV heads"] = replace(
-            spec, n_heads=3, n_kv_heads=2, d_model=TARGET.layer_width(3, spec.head_dim, 3 * spec.head_dim)
-        )
-    if rope and not TARGET.head_dims:
-        width = TARGET.layer_width(spec.n_heads, 3, spec.n_heads * 3)
-        bad["a head size of 3 under RoPE"] = replace(spec, head_dim=3, d_model=width)
-    if TARGET.tied_width:
-        bad["a width of Hq * head size + 1"] = replace(spec, d_model=spec.n_heads * spec.head_dim + 1)
-    return bad
-
-
-def raised_by_the_kit(error: BaseException) -> bool:
-    """Whether ``error`` came from the kit's own code (reading the parameters of a layer that was
-    built), not from the target's."""
-    frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and kit_code(frames[-1].filename)
-
-
 @pytest.mark.req("LAYER-2")
 @pytest.mark.needs("sizes")
 @given(data=st.data())
 def test_a_layer_refuses_sizes_it_cannot_compute_when_built(device, data):
     case = data.draw(layer_cases((torch.float32,)), label="case")
     spec = replace(case.spec, device=device)
-    bad = impossible_specs(spec, built_layer(spec).rope)
+    bad = impossible_specs(TARGET, spec, built_layer(spec).rope)
     if not bad:
         pytest.skip(f"{TARGET.name} declares sizes, but its declarations leave no impossible size to build")
     for what, impossible in bad.items():

@@ -8,7 +8,8 @@ fault applied at each level where the fault lives:
 
 - ``attention(case)``: an attention call, q (B, Hq, Tq, d), k, v and its ``Call``;
 - ``layer(case)``: a layer over x (B, T, D) with the keywords of attention_layer_oracle, decoded in
-  ``chunks`` where the case has them.
+  ``chunks`` where the case has them;
+- ``rope(case)``: RoPE alone, x (..., T, d) at some positions, its rotary share declared.
 
 Most faults change only what the call asks for (``Call``: no scale, a window one key wider, the triangle
 flipped as a mask_mod, the soft-cap applied before the scale as a score_mod...): those are written once
@@ -42,7 +43,7 @@ from .calls import (
     shifted_documents,
     slopes_for,
 )
-from .cases import AttentionCase, Counterfactual, LayerCase
+from .cases import AttentionCase, Counterfactual, LayerCase, RopeCase
 from .layers import (
     decoded_with_swapped_cache,
     heads_merged_without_transpose,
@@ -57,8 +58,18 @@ from .layers import (
     rotary_slices_mixed,
     rotary_whole_head,
 )
+from .rope import rope_last_features, rope_rotated_slice_last, rope_whole_head
 
-__all__ = ["COUNTERFACTUALS", "AttentionCase", "Counterfactual", "LayerCase", "at_attention", "at_layer"]
+__all__ = [
+    "COUNTERFACTUALS",
+    "AttentionCase",
+    "Counterfactual",
+    "LayerCase",
+    "RopeCase",
+    "at_attention",
+    "at_layer",
+    "at_rope",
+]
 
 COUNTERFACTUALS: tuple[Counterfactual, ...] = (
     called(
@@ -209,12 +220,21 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "RoPE rotates the whole head, though the layer rotates only its first rotary_dim features",
         "rotate x[..., :rotary_dim] and pass the rest through",
         layer=rotary_whole_head,
+        rope=rope_whole_head,
     ),
     Counterfactual(
         "F26",
         "RoPE rotates the last rotary_dim features of each head instead of the first",
         "rotate x[..., :rotary_dim] and pass x[..., rotary_dim:] through",
         layer=rotary_last_features,
+        rope=rope_last_features,
+    ),
+    Counterfactual(
+        "F26",
+        "partial rotary writes the rotated features after the ones it passes through (cat([x_pass, "
+        "rotated])), where they came first",
+        "return cat([rotated, x_pass], dim=-1)",
+        rope=rope_rotated_slice_last,
     ),
     Counterfactual(
         "F26",
@@ -310,3 +330,7 @@ def at_attention() -> list[Counterfactual]:
 
 def at_layer() -> list[Counterfactual]:
     return [c for c in COUNTERFACTUALS if c.layer is not None]
+
+
+def at_rope() -> list[Counterfactual]:
+    return [c for c in COUNTERFACTUALS if c.rope is not None]

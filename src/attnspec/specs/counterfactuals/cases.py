@@ -1,4 +1,5 @@
-"""What a counterfactual computes on: an attention call (``AttentionCase``) or a layer (``LayerCase``),
+"""What a counterfactual computes on: an attention call (``AttentionCase``), a layer (``LayerCase``) or RoPE
+alone (``RopeCase``),
 the ``Counterfactual`` itself, and the oracle on either with some of what it asks for changed."""
 
 from __future__ import annotations
@@ -38,12 +39,24 @@ class LayerCase:
 
 
 @dataclass(frozen=True)
+class RopeCase:
+    """RoPE alone on ``x`` (..., T, d) at ``positions``, rotating its first ``rotary_dim`` features of
+    each head (None: all d)."""
+
+    x: torch.Tensor
+    positions: list[int]
+    base: float
+    rotary_dim: int | None
+
+
+@dataclass(frozen=True)
 class Counterfactual:
     fault: str  # the catalogue's id ("F22"); "" for a cause the catalogue has no fault for
     behaves: str  # what the code does, in words
     fix: str  # what to change (for a convention: how to declare it)
     attention: Callable[[AttentionCase], torch.Tensor | None] | None = None
     layer: Callable[[LayerCase], torch.Tensor | None] | None = None
+    rope: Callable[[RopeCase], torch.Tensor | None] | None = None
 
     def says(self) -> str:
         named = f" ({self.fault})" if self.fault else ""
