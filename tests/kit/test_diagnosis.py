@@ -18,8 +18,9 @@ from attnspec.kit.conventions import (
     explanation,
 )
 from attnspec.kit.declared_mods import declared_mod_note
-from attnspec.kit.diagnosis import target_diagnosis
+from attnspec.kit.diagnosis import case_finding, target_diagnosis
 from attnspec.kit.loading import load
+from attnspec.kit.run_report import Failure
 from attnspec.specs.mods import alibi, alibi_slopes
 from attnspec.specs.oracle import attention_oracle
 from tests.fixtures.broken_targets import FINDINGS
@@ -140,3 +141,19 @@ def test_alibis_own_slopes_or_attnspecs_mod_get_no_note():
 def test_the_diagnosis_names_the_fault_of_a_target_that_raises_builds_or_schedules_wrong(broken):
     diagnosis = target_diagnosis(load(f"tests.fixtures.structural_targets:{broken}")) or ""
     assert f"({CAUSES[broken]}" in diagnosis, f"{broken}: {diagnosis!r}"
+
+
+def test_a_failing_call_replayed_is_explained_by_what_its_output_follows():
+    q, k, v = qkv(4, 2, 6, 6)
+    tiled = load(f"{BROKEN}:TILED_GQA")
+    assert case_finding(tiled, q, k, v, {"causal": True}).startswith(FINDINGS["TILED_GQA"])
+    assert case_finding(load("torch"), q, k, v, {"causal": True}) is None
+
+
+def test_a_failures_block_says_its_cause_unless_the_diagnosis_above_already_does():
+    failure = Failure("test_x", "call", ("ATTN-4",), "output vs the oracle", (), cause="behaves as if: F22")
+    assert "  cause   behaves as if: F22" in failure.block("ATTN-4", "...", "attnspec check t", None)
+    assert not any(
+        line.startswith("  cause")
+        for line in failure.block("ATTN-4", "...", "c", None, said="behaves as if: F22")
+    )

@@ -125,6 +125,7 @@ class Model(LanguageModel):
 
 
 MODEL = Model()
+QUERY_TILE = impl_attention.QUERY_TILE  # as imported, before any test changes it
 
 
 # impl tiles causal attention over more than QUERY_TILE queries (src/attnspec/impl/attention.py): the kernel
@@ -142,7 +143,7 @@ TARGET = Target(
     vocab_size=MODEL.config.vocab_size,
     hidden_states=MODEL.hidden_states,
     layer_runs=MODEL.layer_runs,
-    switches=(impl_attention.QUERY_TILE + 1,),
+    switches=(QUERY_TILE + 1,),
 )
 
 
@@ -203,16 +204,17 @@ VARIANTS = (
 
 def named_faults() -> list[str]:
     """The catalogue faults the diagnosis names for impl/ and its declared variants (the main job's
-    plan calls it with each killed catalogue mutant on).  impl's model is built anew, with the mutant
-    on, as importing mutated code builds it (a window placed on the wrong layers when it is built)."""
+    plan calls it with each killed catalogue mutant on, after the tests that killed it), on impl as a
+    user's check sees it: its tiles as imported (a test's fixture may have left tiles of 3 queries on),
+    its model built anew with the mutant on, as importing mutated code builds it (a window placed on
+    the wrong layers when it is built)."""
     from attnspec.kit.diagnosis import named_faults as named
 
     model = Model()
-    built = replace(
-        TARGET,
-        module=model,
-        decode=model.decode,
-        hidden_states=model.hidden_states,
-        layer_runs=model.layer_runs,
-    )
-    return named(built, *VARIANTS)
+    methods = {name: getattr(model, name) for name in ("decode", "hidden_states", "layer_runs")}
+    built = replace(TARGET, module=model, **methods)
+    tiles, impl_attention.QUERY_TILE = impl_attention.QUERY_TILE, QUERY_TILE
+    try:
+        return named(built, *VARIANTS)
+    finally:
+        impl_attention.QUERY_TILE = tiles

@@ -157,6 +157,21 @@ def attention_finding(target: Target, probe: Probe, device, dtype: torch.dtype) 
     return found or batch_finding(out, golden)
 
 
+def case_finding(target: Target, q, k, v, keywords: dict, device="cpu") -> str | None:
+    """A failing property's own smallest failing call (reproducers.failing_call) replayed against the
+    conventions and the counterfactuals: the one its output follows, or None."""
+    moved = {name: value.to(device) if torch.is_tensor(value) else value for name, value in keywords.items()}
+    with torch.no_grad(), as_given():
+        out = target.attention(q.to(device), k.to(device), v.to(device), **moved)
+    out = out[0] if isinstance(out, tuple) else out
+    golden = declared_attention(q, k, v, **keywords)[0]
+    convention = convention_mismatch(out, golden, q, k, v, **keywords)
+    if convention is not None:
+        return convention
+    case = AttentionCase(q, k, v, Call(**declared_keywords(q, k, **keywords)))
+    return behaves_as_if(out, golden, at_attention(), lambda c: c.attention(case))
+
+
 # errors against the float64 oracle of a target that rounds float64 inputs to float32 somewhere: far
 # above float64's rounding (about 1e-15 here), at or below float32's (about 1e-7, 1e-4 after a sum)
 FLOAT32_SIZED = (1e-10, 1e-4)

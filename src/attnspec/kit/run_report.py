@@ -117,6 +117,8 @@ class Failure:
     # what the target did to the process it ran in: crashed or ended it, hung, exhausted its memory
     # (src/attnspec/runner/parallel.py, conftest.py), and on which call
     process: str = ""
+    # what its smallest failing call behaves as if it had done (diagnosis.case_finding), or ""
+    cause: str = ""
 
     def set_aside(self) -> bool:
         """Whether it is said in a line of its own, not as a broken requirement."""
@@ -138,6 +140,8 @@ class Failure:
             "as the diagnosis above says" if said and self.message in said else _cut(self.message, width)
         )
         lines = [f"{requirement}  {statement}", f"  failed  {self.test}{where}: {message}"]
+        if self.cause and not (said and self.cause in said):
+            lines.append(f"  cause   {_cut(self.cause, width)}")
         if self.reproducer is not None:
             script, case, rows, _ = self.reproducer
             lines += [f"  case    {case}: {rows}", f"  rerun   python {script}"]
@@ -265,6 +269,7 @@ class RunReport:
                 getattr(report, "attnspec_refused", ""),
                 getattr(report, "attnspec_state", ""),
                 getattr(report, "attnspec_process", ""),
+                getattr(report, "attnspec_cause", ""),
             )
             self.failures.append(failure)
             self.places.append(self.order.get(report.nodeid, len(self.order)))

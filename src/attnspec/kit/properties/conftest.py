@@ -11,7 +11,7 @@ import torch
 
 from attnspec.kit import fixtures, global_state, loading, profiles, recording, reproducers
 from attnspec.kit.conventions import TERSE
-from attnspec.kit.diagnosis import target_diagnosis
+from attnspec.kit.diagnosis import case_finding, target_diagnosis
 from attnspec.kit.fixtures import kit_option, parametrize_paths
 from attnspec.kit.laws import law_problem
 from attnspec.kit.names import FAILURES_ENV, ISOLATION, SESSION
@@ -215,6 +215,10 @@ def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.T
     script = reproducers.write(Path(folder), name, call, target.name, ", ".join(ids), test)
     size = call["q"].numel() + call["k"].numel()
     report.attnspec_reproducer = (str(script), recording.described(call), call["rows"], size)
+    device = kit_option(item.config, "--device")
+    report.attnspec_cause = (
+        case_finding(target, call["q"], call["k"], call["v"], call["keywords"], device) or ""
+    )
 
 
 @functools.cache
@@ -247,8 +251,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             if diagnosis:
                 report.sections.append(("attnspec's diagnosis of the target", diagnosis))
     return report
-
-
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,0 +1,23 @@
+"""KERN-1 fails on this call of examples.zoo.flex_softcap_documents:cap_after_mask (found by test_kernels.py::test_a_few_queries_over_many_keys_match_the_oracle).
+
+The call: B=2, 1 query head over 1 KV head, Tq=2 queries over Tk=16 keys, head size 2, causal,
+documents [[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+0, 0, 0]], float64. Against attnspec's float64 oracle: 2 of 4 rows wrong, the first at batch 0, head
+0, query 0; max |out - oracle| = 1.992e-10, where the tolerance policy allows 1.002e-12 for these
+inputs.
+
+Run it (python attnspec-failures/test_a_few_queries_over_many_keys_match_the_oracle.py), or paste it into a test of yours.
+"""
+
+from pathlib import Path
+
+import torch
+
+from attnspec.kit.reproducers import attend, oracle
+
+here = Path(__file__).resolve()
+call = torch.load(here.with_suffix(".pt"))  # q, k, v and the keywords of the failing call
+out = attend("examples.zoo.flex_softcap_documents:cap_after_mask", call, where=here.parents[1])  # your code, called as the kit called it
+expected = oracle("examples.zoo.flex_softcap_documents:cap_after_mask", call)  # attnspec's float64 oracle on the same inputs
+error = (out.double() - expected).abs().max().item()
+assert error <= 1.0022223896703205e-12, f"max |out - oracle| = {error:.3e}, over the 1.002e-12 allowed here"
