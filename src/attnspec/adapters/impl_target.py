@@ -17,6 +17,7 @@ from attnspec.impl import (
 )
 from attnspec.impl import attention as impl_attention
 from attnspec.kit.strategies import randomize_
+from attnspec.protocol.declared import translated
 from attnspec.protocol.targets import CAPABILITIES, Layer, LayerRun, LayerSpec, Target
 from attnspec.specs import mods
 from attnspec.specs.oracle import split_w_qkv
@@ -205,16 +206,16 @@ VARIANTS = (
 def named_faults() -> list[str]:
     """The catalogue faults the diagnosis names for impl/ and its declared variants (the main job's
     plan calls it with each killed catalogue mutant on, after the tests that killed it), on impl as a
-    user's check sees it: its tiles as imported (a test's fixture may have left tiles of 3 queries on),
-    its model built anew with the mutant on, as importing mutated code builds it (a window placed on
-    the wrong layers when it is built)."""
+    user's check sees it: loaded (declared.translated), its tiles as imported (a test's fixture may have
+    left tiles of 3 queries on), its model built anew with the mutant on, as importing mutated code
+    builds it (a window placed on the wrong layers when it is built)."""
     from attnspec.kit.diagnosis import named_faults as named
 
     model = Model()
     methods = {name: getattr(model, name) for name in ("decode", "hidden_states", "layer_runs")}
     built = replace(TARGET, module=model, **methods)
     tiles, impl_attention.QUERY_TILE = impl_attention.QUERY_TILE, QUERY_TILE
-    try:
-        return named(built, *VARIANTS)
+    try:  # translated, as loading a target translates it (a call without documents gets one)
+        return named(*(translated(target) for target in (built, *VARIANTS)))
     finally:
         impl_attention.QUERY_TILE = tiles
