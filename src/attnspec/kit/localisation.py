@@ -14,11 +14,11 @@ from dataclasses import replace
 import torch
 
 from attnspec.kit.conventions import cache_ignored, loosely_equal
-from attnspec.kit.references import cross_keywords, declared_attention, run_keywords
+from attnspec.kit.references import cross_keywords, declared_attention, reached, run_keywords
 from attnspec.kit.target_checks import KEYWORDS, impossible_specs, raised_as, raised_by_the_kit
 from attnspec.protocol.declared import kit_runs
 from attnspec.protocol.memory_layouts import as_given
-from attnspec.protocol.targets import LayerSpec, Target
+from attnspec.protocol.targets import LayerKind, LayerSpec, Target
 from attnspec.specs.mods import mask_values
 from attnspec.specs.oracle import attention_layer_oracle, cross_attention_layer_oracle, pre_norm_oracle
 
@@ -351,37 +351,73 @@ CROSS_CAUSAL = (
 
 
 def schedule_finding(target: Target, device, dtype: torch.dtype) -> str | None:
-    """For a module that declares layers of several kinds and reports its own layers' runs: the layers
-    that run as another declared kind than the schedule's (a window on the odd layers, on every layer,
-    or on none)."""
+    """For a module that declares layers of several kinds: the layers that run as another declared kind
+    than the schedule's (a window on the odd layers, on every layer, or on none; global layers counted
+    from 1), read from its own layers' runs against the oracle layer of each kind ("layer_runs"), else
+    from which inputs each layer's output depends on ("hidden_states") against each kind's reach."""
     kinds = target.schedule
-    if len(set(kinds)) < 2 or not target.supports("layer_runs"):
+    if len(set(kinds)) < 2:
         return None
     x, _, dtype = module_inputs(target, device, dtype)
-    with torch.no_grad():
-        runs = kit_runs(target, target.module_method("layer_runs", dtype, x.device)(x))
-    if len(runs) != len(kinds):
+    if target.supports("layer_runs"):
+        with torch.no_grad():
+            runs = kit_runs(target, target.module_method("layer_runs", dtype, x.device)(x))
+        if len(runs) != len(kinds):
+            return None
+
+        def runs_as(i: int, kind: LayerKind, seen: list[LayerKind]) -> bool:
+            keywords = run_keywords(target, runs[i], kind)
+            expected = attention_layer_oracle(runs[i].input.double().cpu(), **keywords)
+            return loosely_equal(runs[i].output, expected)
+
+        def said(kind: LayerKind) -> str:
+            return str(kind)
+
+    elif target.supports("hidden_states") and not target.rows_round_together:
+        x = torch.cat([x] * 2, dim=1)  # 12 tokens: past a small window's reach
+        depends = dependencies(target.module_method("hidden_states", dtype, x.device), x, target.vocab_size)
+        if len(depends) != len(kinds):
+            return None
+
+        def runs_as(i: int, kind: LayerKind, seen: list[LayerKind]) -> bool:
+            return torch.equal(reached([*seen, kind], x.shape[1]), depends[i])
+
+        def said(kind: LayerKind) -> str:  # its mask: what a layer's reach shows (not its RoPE)
+            return str(replace(kind, rope=None, base=None))
+
+    else:
         return None
-    misplaced = []
-    for i, (run, kind) in enumerate(zip(runs, kinds, strict=True)):
-
-        def runs_as(other, run=run) -> bool:
-            expected = attention_layer_oracle(run.input.double().cpu(), **run_keywords(target, run, other))
-            return loosely_equal(run.output, expected)
-
-        if runs_as(kind):
+    misplaced, seen = [], []
+    for i, kind in enumerate(kinds):
+        others = [other for other in dict.fromkeys(kinds) if other != kind and runs_as(i, other, seen)]
+        if runs_as(i, kind, seen):
+            seen.append(kind)
             continue
-        others = [other for other in dict.fromkeys(kinds) if other != kind and runs_as(other)]
         if not others:
             return None  # wrong in some other way: the properties say how
-        misplaced.append(f"layer {i} runs as {others[0]}, declared {kind}")
+        misplaced.append(f"layer {i} runs as {said(others[0])}, declared {said(kind)}")
+        seen.append(others[0])
     if not misplaced:
         return None
     return (
         f"behaves as if: the layers' kinds are misplaced: {'; '.join(misplaced)} (F8: the sliding window "
-        "on the wrong layers, e.g. layer_idx % 2 flipped or every layer windowed): give each layer the "
-        "window (or mask) the schedule declares for it"
+        "on the wrong layers, e.g. layer_idx % 2 flipped, every layer windowed, global layers counted "
+        "from 1): give each layer the window (or mask) the schedule declares for it"
     )
+
+
+def dependencies(hidden_states, x: torch.Tensor, vocab_size: int | None) -> list[torch.Tensor]:
+    """Each layer's (T, T) bool: which inputs its outputs depend on, one input changed at a time."""
+    with torch.no_grad():
+        before = list(hidden_states(x))
+        depends = [torch.zeros(x.shape[1], x.shape[1], dtype=torch.bool) for _ in before]
+        for j in range(x.shape[1]):
+            changed = x.clone()
+            other = probe_randn(*x[:, j].shape, seed=10 + j, dtype=x.dtype).to(x.device)
+            changed[:, j] = (x[:, j] + 1) % vocab_size if vocab_size else other
+            for layer, (out, moved) in enumerate(zip(before, hidden_states(changed), strict=True)):
+                depends[layer][:, j] = (out != moved).flatten(2).any(-1).any(0).cpu()
+    return depends
 
 
 def refusal_finding(target: Target, device, dtype: torch.dtype) -> str | None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from attnspec.kit.loading import current
 from attnspec.protocol.declared import kit_mods
 from attnspec.protocol.targets import Layer, LayerKind, LayerRun, LayerSpec, Target
-from attnspec.specs.mods import alibi, alibi_slopes, composed, score_values, soft_cap
+from attnspec.specs.mods import alibi, alibi_slopes, composed, mask_values, reach, score_values, soft_cap
 from attnspec.specs.oracle import (
     Call,
     attention_block_oracle,
@@ -77,6 +77,12 @@ def cross_keywords(layer: Layer, spec: LayerSpec) -> dict:
     reported = {name: getattr(layer, name) for name in CROSS_REPORTED}
     sizes = {"n_heads": spec.n_heads, "n_kv_heads": spec.n_kv_heads, "head_dim": spec.head_dim}
     return {**reported, **sizes, "residual": layer.residual, "scale": layer.scale}
+
+
+def reached(kinds, seq: int) -> torch.Tensor:
+    """(T, T) bool: which inputs each output depends on through layers of these kinds (specs.mods.reach of
+    their masks)."""
+    return reach([mask_values(kind.mask_mod(), 1, 1, seq, seq)[0, 0] for kind in kinds])
 
 
 def declared_kinds(target: Target, count: int) -> tuple[LayerKind, ...]:

@@ -31,10 +31,9 @@ from attnspec.kit import relations
 from attnspec.kit.asserts import assert_exactly_equal, assert_layer_golden
 from attnspec.kit.conventions import cache_ignored
 from attnspec.kit.loading import current
-from attnspec.kit.references import declared_kinds, run_keywords
+from attnspec.kit.references import declared_kinds, reached, run_keywords
 from attnspec.kit.strategies import full_precision, seeded_randn, seeds
 from attnspec.protocol.declared import kit_runs
-from attnspec.specs.mods import mask_values, reach
 from attnspec.specs.oracle import attention_layer_oracle
 
 TARGET = current()
@@ -209,12 +208,6 @@ def test_two_calls_in_eval_mode_agree_bitwise(case, device):
 
 
 # --- MOD-5: the receptive field of the declared schedule ------------------------------------------
-
-
-def reached(kinds, seq: int) -> torch.Tensor:
-    """(T, T) bool: which inputs each output depends on through layers of these kinds (specs.mods.reach of
-    their masks)."""
-    return reach([mask_values(kind.mask_mod(), 1, 1, seq, seq)[0, 0] for kind in kinds])
 
 
 @pytest.mark.req("MOD-5")
