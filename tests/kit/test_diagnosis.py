@@ -138,7 +138,7 @@ def test_alibis_own_slopes_or_attnspecs_mod_get_no_note():
 
 
 @pytest.mark.parametrize("broken", CAUSES)
-def test_the_diagnosis_names_the_fault_of_a_target_that_raises_builds_or_schedules_wrong(broken):
+def test_the_diagnosis_names_the_fault_no_single_output_of_attention_shows(broken):
     diagnosis = target_diagnosis(load(f"tests.fixtures.structural_targets:{broken}")) or ""
     assert f"({CAUSES[broken]}" in diagnosis, f"{broken}: {diagnosis!r}"
 

@@ -49,6 +49,7 @@ from .layers import (
     heads_merged_without_transpose,
     heads_split_without_transpose,
     layer_changed,
+    lifted,
     norm_dropped,
     qk_norm_after_rope,
     residual_on_the_normed_input,
@@ -142,6 +143,7 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "the hidden keys' logits are set to 0, not -inf (masked_fill with 0): they weigh like a zero score",
         "fill the hidden positions with -inf (or finfo.min)",
         hidden_logits_zero,
+        layer=lifted(hidden_logits_zero),
     ),
     Counterfactual(
         "F1",
@@ -149,12 +151,14 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "not see too (a log-sum-exp or a sum taken before the mask)",
         "mask the logits (-inf) before the softmax, or take the normaliser over the visible keys only",
         mask_after_the_softmax,
+        layer=lifted(mask_after_the_softmax),
     ),
     Counterfactual(
         "F14",
         "the softmax runs over the queries (dim=-2), not the keys",
         "normalise each query's row: softmax(scores, dim=-1)",
         softmax_over_queries,
+        layer=lifted(softmax_over_queries),
     ),
     Counterfactual(
         "F22",
@@ -162,6 +166,7 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "and weight",
         "cap the scaled scores first, then mask them",
         mod_after_the_mask,
+        layer=lifted(mod_after_the_mask),
     ),
     called(
         "F22",

@@ -18,17 +18,24 @@ from ..oracle import (
     qk_norm_oracle,
     rope_oracle,
 )
-from .cases import ATTENTION_KEYWORDS, LayerCase, call_fields, layer_call, layer_oracle
+from .cases import ATTENTION_KEYWORDS, AttentionCase, LayerCase, call_fields, layer_call, layer_oracle
+
+Output = torch.Tensor | None  # a counterfactual's output, None where the fault cannot show on the case
+
+
+def _tiled(case: LayerCase, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v repeated per query head in tile order for a layer that groups its heads so (gqa "tiled"),
+    as they are otherwise."""
+    n_heads = case.layer["n_heads"]
+    if k.shape[1] != n_heads and case.layer.get("gqa", "grouped") == "tiled":
+        return k.repeat(1, n_heads // k.shape[1], 1, 1), v.repeat(1, n_heads // k.shape[1], 1, 1)
+    return k, v
 
 
 def _attend(case: LayerCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(B, Hq, Tq, d): the layer's attention (its window, sinks, scale, mods and GQA order) of q over
     k and v as the fault made them, the queries the last Tq positions of the keys."""
-    layer = case.layer
-    n_heads = layer["n_heads"]
-    if k.shape[1] != n_heads and layer.get("gqa", "grouped") == "tiled":
-        k, v = k.repeat(1, n_heads // k.shape[1], 1, 1), v.repeat(1, n_heads // k.shape[1], 1, 1)
-    return attention_oracle(q, k, v, **call_fields(layer_call(layer)))[0]
+    return attention_oracle(q, *_tiled(case, k, v), **call_fields(layer_call(case.layer)))[0]
 
 
 def _output(case: LayerCase, merged: torch.Tensor) -> torch.Tensor:
@@ -68,6 +75,20 @@ def _rope(case: LayerCase, t: torch.Tensor) -> torch.Tensor:
         layer.get("pairs", "half"),
         rotary_dim=layer.get("rotary_dim"),
     )
+
+
+def lifted(fault: Callable[[AttentionCase], Output]) -> Callable[[LayerCase], Output]:
+    """An attention counterfactual as a layer computes it: on the layer's own q, k and v (its projections
+    and RoPE), then merged, projected and added as the layer does; one forward pass."""
+
+    def in_a_layer(case: LayerCase) -> Output:
+        if case.chunks is not None:
+            return None
+        q, k, v = _qkv(case)
+        out = fault(AttentionCase(q, *_tiled(case, k, v), layer_call(case.layer)))
+        return None if out is None else _output(case, _merged(out))
+
+    return in_a_layer
 
 
 def _rotating(case: LayerCase) -> bool:
