@@ -23,6 +23,8 @@ A target of the zoo (examples/zoo/__init__.py).
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -62,9 +64,15 @@ class WhisperStyleCrossAttention(nn.Module):
 class CrossAttentionSublayer(nn.Module):
     """x + encoder_attn(LayerNorm(x), encoder_hidden_states), as a decoder layer's middle sublayer."""
 
-    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        kv_dim: int | None = None,
+        attention: type[WhisperStyleCrossAttention] = WhisperStyleCrossAttention,
+    ) -> None:
         super().__init__()
-        self.encoder_attn = WhisperStyleCrossAttention(embed_dim, num_heads, kv_dim)
+        self.encoder_attn = attention(embed_dim, num_heads, kv_dim)
         self.encoder_attn_layer_norm = nn.LayerNorm(embed_dim)
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor) -> torch.Tensor:
@@ -73,7 +81,7 @@ class CrossAttentionSublayer(nn.Module):
         return residual + self.encoder_attn(hidden_states, encoder_hidden_states)
 
 
-def whisper_layer(spec: LayerSpec, sublayer: type[CrossAttentionSublayer] = CrossAttentionSublayer) -> Layer:
+def whisper_layer(spec: LayerSpec, sublayer=CrossAttentionSublayer) -> Layer:
     block = sublayer(spec.d_model, spec.n_heads, spec.context_dim)
     randomize_(block, spec).to(spec.device, spec.dtype).eval()
     attn = block.encoder_attn
@@ -127,18 +135,12 @@ class CausalOnContext(WhisperStyleCrossAttention):
         return scores.masked_fill(~causal, float("-inf"))
 
 
-class CausalOnContextSublayer(CrossAttentionSublayer):
-    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
-        super().__init__(embed_dim, num_heads, kv_dim)
-        self.encoder_attn = CausalOnContext(embed_dim, num_heads, kv_dim)
-
-
 CAUSAL_ON_CONTEXT = Target(
     "cross-attention with a causal mask",
     None,
     frozenset({"cross", "float64"}),
     "a Whisper-style cross-attention sublayer that masks the encoder's tokens causally",
-    lambda spec: whisper_layer(spec, CausalOnContextSublayer),
+    partial(whisper_layer, sublayer=partial(CrossAttentionSublayer, attention=CausalOnContext)),
     tied_width=True,
 )
 
@@ -155,12 +157,6 @@ class BottomRightCausal(WhisperStyleCrossAttention):
         return scores.masked_fill(future, float("-inf"))
 
 
-class BottomRightCausalSublayer(CrossAttentionSublayer):
-    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
-        super().__init__(embed_dim, num_heads, kv_dim)
-        self.encoder_attn = BottomRightCausal(embed_dim, num_heads, kv_dim)
-
-
 class KeysFromHiddenStates(WhisperStyleCrossAttention):
     """Self-attention's projections of the hidden states where the encoder's output belongs."""
 
@@ -168,18 +164,12 @@ class KeysFromHiddenStates(WhisperStyleCrossAttention):
         return super().forward(hidden_states, hidden_states)
 
 
-class KeysFromHiddenStatesSublayer(CrossAttentionSublayer):
-    def __init__(self, embed_dim: int, num_heads: int, kv_dim: int | None = None) -> None:
-        super().__init__(embed_dim, num_heads, kv_dim)
-        self.encoder_attn = KeysFromHiddenStates(embed_dim, num_heads, kv_dim)
-
-
 CAUSAL_NO_KEY = Target(
     "cross-attention with a bottom-right causal mask",
     None,
     frozenset({"cross", "float64"}),
     "a Whisper-style cross-attention sublayer whose causal mask leaves its first queries no encoder token",
-    lambda spec: whisper_layer(spec, BottomRightCausalSublayer),
+    partial(whisper_layer, sublayer=partial(CrossAttentionSublayer, attention=BottomRightCausal)),
     tied_width=True,
 )
 KEYS_FROM_X = Target(
@@ -187,6 +177,6 @@ KEYS_FROM_X = Target(
     None,
     frozenset({"cross", "float64"}),
     "a Whisper-style cross-attention sublayer that projects its keys and values from the hidden states",
-    lambda spec: whisper_layer(spec, KeysFromHiddenStatesSublayer),
+    partial(whisper_layer, sublayer=partial(CrossAttentionSublayer, attention=KeysFromHiddenStates)),
     tied_width=True,
 )
