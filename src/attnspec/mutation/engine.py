@@ -110,6 +110,7 @@ class Job:
     started: float = 0.0
     limit_s: float = 0.0
     known: Known | None = None  # the fault's row as its finished siblings left it
+    catalogue: str | None = None  # the catalogue fault it injects, matrix or not: its diagnosis is graded
 
 
 @dataclass
@@ -415,7 +416,7 @@ class Engine:
             else:
                 budget = sum(tests[t]["duration"] for t in reaching)
                 fault = info["fault"] if entry["matrix"] else None
-                jobs.append(Job(name, reaching, entry["matrix"], budget, fault))
+                jobs.append(Job(name, reaching, entry["matrix"], budget, fault, catalogue=info["fault"]))
                 mutants[name] = entry
         reused = sum(1 for m in mutants.values() if m.get("reused"))
         print(f"mutants: {len(jobs)} to run, {reused} reused", flush=True)
@@ -537,7 +538,7 @@ class Engine:
             quiet()
             self.generator.activate(job.name)
             outcome = self.suite.run(job.tests, job.matrix, job.known)
-            if job.fault is not None and outcome["failures"] and self.plan.get("diagnose"):
+            if job.catalogue is not None and outcome["failures"] and self.plan.get("diagnose"):
                 outcome["diagnosed"] = diagnosed(self.plan["diagnose"])
             temporary = out.with_suffix(".tmp")
             temporary.write_text(json.dumps(outcome))
