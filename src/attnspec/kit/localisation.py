@@ -301,7 +301,7 @@ def cross_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     """What a cross-attention layer does with its context: leaves its first queries with no context token
     (NaN) where the context is shorter than x; projects its keys and values from x instead; or its first
     query ignores the context's last token (a causal mask on the context, which has no order)."""
-    spec = target.fitted(LayerSpec(12, 2, 2, 4, seed=SEED, dtype=dtype, device=device))
+    spec = plain_spec(target, device, dtype)
     layer = target.layer(spec)
     x = probe_randn(1, 5, spec.d_model, seed=4, dtype=dtype).to(device)
     short = probe_randn(1, 3, spec.d_model, seed=5, dtype=dtype).to(device)
@@ -389,10 +389,10 @@ def schedule_finding(target: Target, device, dtype: torch.dtype) -> str | None:
         return None
     misplaced, seen = [], []
     for i, kind in enumerate(kinds):
-        others = [other for other in dict.fromkeys(kinds) if other != kind and runs_as(i, other, seen)]
         if runs_as(i, kind, seen):
             seen.append(kind)
             continue
+        others = [other for other in dict.fromkeys(kinds) if other != kind and runs_as(i, other, seen)]
         if not others:
             return None  # wrong in some other way: the properties say how
         misplaced.append(f"layer {i} runs as {said(others[0])}, declared {said(kind)}")
