@@ -105,3 +105,45 @@ def test_recheck_on_save_with_watch(benchmark, profile, tmp_path, torch_import):
         check=f"{profile} --watch re-check", wall_s=round(seconds, 2),
         torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
     )  # fmt: skip
+
+
+# the toy kernel printing 200 kB to each stream on every call: about 100 MB over a default check
+CHATTY = """
+import sys
+
+import toy
+
+
+def attention(q, k, v, **kwargs):
+    sys.stdout.write("x" * 200_000 + "\\n")
+    sys.stderr.write("y" * 200_000 + "\\n")
+    return toy.attention(q, k, v, **kwargs)
+
+
+attention.capabilities = toy.attention.capabilities
+"""
+
+
+def test_check_a_target_that_prints_megabytes(benchmark, tmp_path, torch_import):
+    """A target that prints on every call, against the same kernel quiet in the same run: the check reads
+    each byte once and keeps the last 64 kB a stream a property (attnspec/kit/run_report.py: bounded),
+    so the ratio stays near 1 (it grew about 4x per doubling of the output before)."""
+    (tmp_path / "toy.py").write_text((REPO_ROOT / "examples" / "toy_attention.py").read_text())
+    (tmp_path / "chatty.py").write_text(CHATTY)
+
+    def check(target: str) -> float:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "attnspec", "check", target], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return time.perf_counter() - started
+
+    quiet = min(check("toy:attention") for _ in range(2))
+    benchmark.pedantic(check, args=("chatty:attention",), rounds=2, iterations=1, warmup_rounds=0)
+    seconds = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        check="default, 100 MB printed", jobs=default_jobs(), wall_s=round(seconds, 2),
+        quiet_s=round(quiet, 2), per_quiet=round(seconds / quiet, 2),
+        torch_import_s=round(torch_import, 2), per_torch_import=round(seconds / torch_import, 2),
+    )  # fmt: skip

@@ -38,7 +38,9 @@ import pytest
 from attnspec.kit import loading
 from attnspec.mutation.cli import split_command
 from attnspec.mutation.watch import interrupted
-from attnspec.runner.arguments import non_negative_float, positive_float, positive_int
+from attnspec.runner import children, outputs, tempdirs
+from attnspec.runner.arguments import memory_gib, positive_float, positive_int, timeout_seconds
+from attnspec.runner.outputs import FAILURES  # noqa: F401 (where the failures go, for the docs' tests)
 from attnspec.runner.parallel import (
     HANGS,
     TIMEOUT,
@@ -60,12 +62,17 @@ from attnspec.runner.progress import (
     parallelism,
     shrinking_within,
 )
-from attnspec.runner.pytest_plugin import DATABASE_ENV, FAILURES_ENV, PROFILES, PROFILES_HELP
+from attnspec.runner.pytest_plugin import (
+    DATABASE_ENV,
+    FAILURES_ENV,
+    HYPOTHESIS_HOME_PREFIX,
+    PROFILES,
+    PROFILES_HELP,
+)
 
 PLUGIN = "attnspec-check"
 PASSED, FAILED, NOT_CHECKED = 0, 1, 2
 TRACEBACKS = ("no", "line", "short", "long", "native")  # pytest's --tb styles
-FAILURES = "attnspec-failures"  # in the folder the check runs in: the reproducers and REPORT
 REPORT = "report.txt"  # every failure with pytest's whole report
 DEFAULT_BUDGET_ENV = "ATTNSPEC_DEFAULT_BUDGET"  # seconds, in place of DEFAULT_BUDGET
 BLOCKS = 3  # broken requirements shown as blocks without -v
@@ -232,7 +239,7 @@ def _draws(item: pytest.Item) -> bool:
     return not any(missing_for(value) for value in values if isinstance(value, torch.dtype))
 
 
-def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
+def pytest_arguments(args: argparse.Namespace, properties: Path, junit: Path | None = None) -> list[str]:
     command = [
         str(properties),
         f"--impl={args.target}",
@@ -255,8 +262,8 @@ def pytest_arguments(args: argparse.Namespace, properties: Path) -> list[str]:
     ]
     if args.k:
         command += ["-k", args.k]
-    if args.junitxml:
-        command.append(f"--junitxml={args.junitxml}")
+    if junit is not None:
+        command.append(f"--junitxml={junit}")
     if args.seed is not None:
         command.append(f"--hypothesis-seed={args.seed}")
     if args.exitfirst:
@@ -273,7 +280,13 @@ def check(args: argparse.Namespace) -> int:
     # examples, fewer for a slow target (_Check)
     asked = args.profile or os.environ.get("HYPOTHESIS_PROFILE")
     os.environ["HYPOTHESIS_PROFILE"] = asked or "default"
-    os.environ[DATABASE_ENV] = args.db or ""  # no .hypothesis/ in the user's folder unless asked for
+    try:  # every path it writes, checked before anything runs
+        junit = outputs.output_file("--junitxml", args.junitxml) if args.junitxml is not None else None
+        database = outputs.database_folder("--db", args.db) if args.db is not None else None
+    except outputs.OutputError as error:
+        print(f"NOT CHECKED: {error}")
+        return NOT_CHECKED
+    os.environ[DATABASE_ENV] = str(database or "")  # no .hypothesis/ in the user's folder unless asked for
     import attnspec.kit.properties as properties
 
     # The objects of the imports (torch, pytest, Hypothesis): out of the collector's reach, and its
@@ -289,18 +302,43 @@ def check(args: argparse.Namespace) -> int:
         return NOT_CHECKED
     isolation = Parallel(jobs, args.timeout, memory)
     plugins: list[object] = [plugin, Progress(verbose=bool(args.verbose)), isolation]
-    if args.junitxml:  # pytest would find out only once the run is over, with a traceback
-        _writable(Path(args.junitxml))
-    failures = Path.cwd() / FAILURES
-    _clear(failures)
-    os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
-    with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
-        # Hypothesis's own files (its cache of the constants in the code it tests, a database unless
-        # --db names one) go there, not into the folder the check runs in
-        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = home  # read when Hypothesis is imported
-        if "hypothesis.configuration" in sys.modules:  # already imported (a served run of the tests)
-            sys.modules["hypothesis.configuration"].set_hypothesis_home_dir(home)
-        code = pytest.main(pytest_arguments(args, Path(properties.__file__).parent), plugins=plugins)
+    children.adopt_orphans()  # a process the target starts and leaves running is this one's to end
+    try:
+        with (
+            outputs.failures_folder(Path.cwd()) as (failures, elsewhere),
+            tempdirs.locked_folder(HYPOTHESIS_HOME_PREFIX) as home,
+        ):
+            os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
+            # Hypothesis's own files (its cache of the constants in the code it tests, a database unless
+            # --db names one) go there, not into the folder the check runs in
+            os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home)  # read when Hypothesis is imported
+            if "hypothesis.configuration" in sys.modules:  # already imported (a served run of the tests)
+                sys.modules["hypothesis.configuration"].set_hypothesis_home_dir(str(home))
+            made = home / "junit.xml"  # written at the end of the run, then copied (outputs.delivered)
+            arguments = pytest_arguments(args, Path(properties.__file__).parent, made if junit else None)
+            code = pytest.main(arguments, plugins=plugins)
+            left = children.ended()
+            if junit is not None and made.exists() and (undelivered := outputs.delivered(made, junit)):
+                print(undelivered)
+            return _verdict(args, plugin, isolation, code, failures, elsewhere, left)
+    except outputs.OutputError as error:
+        print(f"NOT CHECKED: {error}")
+        return NOT_CHECKED
+    finally:
+        children.ended(grace_s=0.0)  # an interrupted run's too
+
+
+def _verdict(
+    args: argparse.Namespace,
+    plugin: _Check,
+    isolation: Parallel,
+    code: int,
+    failures: Path,
+    elsewhere: str,
+    left: list[str],
+) -> int:
+    """What the run found, printed: the failures in brief with the diagnosis, the capability table,
+    the processes the target left running, and the verdict; its exit code."""
     if plugin.config is None or code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR):
         print(f"NOT CHECKED: {args.target} could not be checked (see above)")
         return NOT_CHECKED
@@ -319,21 +357,25 @@ def check(args: argparse.Namespace) -> int:
                 diagnosis = isolation.in_a_fork(lambda: target_diagnosis(target, args.device))
             except (Died, RuntimeError):
                 diagnosis = None
+            left += children.ended()
         if diagnosis:
             print(f"diagnosis: {diagnosis}\n")
         rerun = f"attnspec check {args.target}"
         limit, width = (None, None) if args.verbose else (BLOCKS, WIDTH)
         first = requirements_of_faults(diagnosis or "")
         print("\n".join(report.blocks(rerun, limit, width, diagnosis or "", first)))
-        report.write_full(failures / REPORT, diagnosis or "")
-        print(f"every failure in full: {_shown(failures / REPORT)}")
-    if failures.is_dir() and not any(failures.iterdir()):
-        failures.rmdir()  # nothing to hand back: the folder does not stay
+        written, why = outputs.written_or_elsewhere(
+            failures / REPORT, lambda path: report.write_full(path, diagnosis or "")
+        )
+        why = "; ".join(filter(None, [elsewhere, why]))
+        print(f"every failure in full: {_shown(written)}" + (f" ({why})" if why else ""))
     if args.verbose:
         print(f"\ncapabilities of --impl {target.name} ({', '.join(sorted(target.capabilities)) or 'none'}):")
         print("\n".join(report.capability_lines(target)))
     else:
         print(f"\n{report.skipped_line(target)}")
+    if left:
+        print(children.said(left))
     if code == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: what ran is no verdict on the target
         so_far = f"{report.failed_tests} failed, {report.passed} passed, {report.skipped} skipped"
         print(f"NOT CHECKED: the run was interrupted ({so_far} before it stopped)")
@@ -397,26 +439,6 @@ def check_command(args: argparse.Namespace) -> int:
 
         return watch(args, check)
     return check(args)
-
-
-def _clear(folder: Path) -> None:
-    """The reproducers and report of an earlier check go: what the folder holds is this check's."""
-    if folder.is_dir():
-        for path in folder.iterdir():
-            if path.suffix in (".py", ".pt", ".txt") and path.is_file():
-                path.unlink()
-
-
-def _writable(path: Path) -> None:
-    """Raise the OSError that writing ``path`` would raise, leaving nothing behind (a folder that does
-    not exist yet is pytest's to make)."""
-    if not path.parent.is_dir():
-        return
-    existed = path.exists()
-    with open(path, "a"):
-        pass
-    if not existed:
-        path.unlink()
 
 
 def _shown(path: Path) -> str:
@@ -499,7 +521,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=positive_float,
+        type=timeout_seconds,
         default=TIMEOUT,
         metavar="SECONDS",
         help=f"the longest one call of the target may run before it counts as hung (default {TIMEOUT:g}); "
@@ -507,7 +529,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-memory",
-        type=non_negative_float,
+        type=memory_gib,
         metavar="GIB",
         help="address space each process of the check may take, so that a runaway allocation fails at "
         f"once (default: three quarters of this machine's memory over the jobs, at least 4: "

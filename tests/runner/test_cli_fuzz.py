@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.kit_runs import run_module, tree_digest, users_env
+from tests.fixtures.kit_runs import left_in, left_running, run_module, tree_digest, users_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = (REPO / "examples" / "toy_attention.py").read_text()
@@ -82,6 +83,9 @@ WORDS = [
     "quick",
     "ci",
     "--help",
+    "fifo",
+    "/dev/full",
+    "/dev/null",
 ]
 FILES = {
     "toy.py": TOY,
@@ -137,19 +141,22 @@ def fuzz_dir(tmp_path_factory) -> Path:
         (cwd / name).write_text(text)
     (cwd / "binary.py").write_bytes(b"\x00\xff\xfe" * 100)
     (cwd / "folder").mkdir()
+    os.mkfifo(cwd / "fifo")  # a report written there, or a file read from it, would wait forever
     return cwd
 
 
 # values that make sense for an option, besides any word
 VALUES = {
     "--profile": ["quick", "default"], "--device": ["cpu", "meta", "cuda"],
-    "-k": ["oracle", "shapes", "none"], "--budget": ["0.5", "30"], "-j": ["1", "2", "64"],
-    "--jobs": ["1", "3"], "--timeout": ["0.001", "1", "60"], "--max-memory": ["0", "0.001", "4"],
-    "--tb": ["long", "no"], "--seed": ["0", "7", "-1", "99999999999999999999"], "--db": ["db", "folder"],
-    "--junitxml": ["out.xml", "folder", "missing/out.xml"],
+    "-k": ["oracle", "shapes", "none"], "-j": ["1", "2", "64"],
+    "--jobs": ["1", "3"], "--timeout": ["0.001", "1", "60", "1e-9", "inf"],
+    "--max-memory": ["0", "0.001", "4", "1e12", "inf"], "--tb": ["long", "no"],
+    "--seed": ["0", "7", "-1", "99999999999999999999"], "--db": ["db", "folder", "", "fifo", "toy.py"],
+    "--junitxml": ["out.xml", "folder", "missing/out.xml", "", "fifo", "/dev/full"],
     "--impl": ["toy:attention", "impl"], "--since": ["HEAD", "nope"],
-    "--out": ["reports", "toy.py", "/proc/none"], "--workers": ["1", "0"],
-    "--triage": ["bad.toml", "triage.toml", "missing.toml", "folder"],
+    "--out": ["reports", "toy.py", "/proc/none", "", "fifo"], "--workers": ["1", "0"],
+    "--triage": ["bad.toml", "triage.toml", "missing.toml", "folder", "fifo", "/dev/null"],
+    "--budget": ["0.5", "30", "inf", "1e308"],
 }  # fmt: skip
 
 
@@ -172,13 +179,18 @@ def words(options: list[str], first: list[str]) -> st.SearchStrategy[list[str]]:
 def answered(cwd: Path, command: list[str]) -> None:
     """``python -m attnspec COMMAND`` (or ``python -m campaigns``, from the repository) answers as
     documented: a known exit code, no traceback, the user's own files as they were (a report or a
-    database it was asked to write may come and go)."""
+    database it was asked to write may come and go), no process left running and nothing left in its
+    temporary folder."""
     before = tree_digest(cwd) if cwd != REPO else {}
     module = "campaigns" if cwd == REPO else "attnspec"
-    done = run_module([sys.executable, "-m", module, *command], cwd, users_env(), timeout=300)
+    with tempfile.TemporaryDirectory(prefix="fuzz-tmp-") as tmp:
+        env = {**users_env(), "TMPDIR": tmp}
+        done = run_module([sys.executable, "-m", module, *command], cwd, env, timeout=300)
+        left = left_in(Path(tmp))
     output = done.stdout + done.stderr
     assert "Traceback (most recent call last)" not in output, (command, output[-3000:])
     assert done.returncode in (0, 1, 2), (command, done.returncode, output[-3000:])
+    assert left_running(done) == [] and left == [], (command, left_running(done), left)
     if cwd != REPO:
         assert users_files(tree_digest(cwd)) == users_files(before), command
 

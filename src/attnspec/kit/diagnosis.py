@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import traceback
 from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
 
+from attnspec.kit import breaches
 from attnspec.kit.conventions import (
     TERSE,
     convention_mismatch,
@@ -28,6 +30,7 @@ from attnspec.kit.conventions import (
     loosely_equal,
     rope_convention_mismatch,
 )
+from attnspec.kit.frames import raised_at
 from attnspec.kit.loading import running
 from attnspec.kit.localisation import (
     SEED,
@@ -41,8 +44,9 @@ from attnspec.kit.localisation import (
     refusal_finding,
     schedule_finding,
 )
+from attnspec.kit.recording import described
 from attnspec.kit.references import declared_attention, declared_keywords, declared_layer_keywords
-from attnspec.kit.target_checks import KEYWORDS, raised_as, raised_at
+from attnspec.kit.target_checks import KEYWORDS, raised_as
 from attnspec.protocol.declared import declaration
 from attnspec.protocol.memory_layouts import as_given, heads_after_positions
 from attnspec.protocol.targets import Layer, LayerKind, LayerSpec, Target
@@ -317,6 +321,36 @@ AXES = (
 )
 
 
+SAME_CALLS = 200  # calls of one problem: a target that answers otherwise 1 call in 50 shows in 98% of runs
+SAME_CALLS_S = 3.0  # seconds they may take in all (a slow target makes fewer)
+SAME = {torch.float64: 1e-10, torch.float32: 1e-5}  # tolerance of a repeated call (float16 and others: 1e-2)
+NONDETERMINISTIC = (
+    "nondeterministic: the same inputs gave different outputs on two calls (calls 1 and {n} of {call}: the "
+    "outputs differ by up to {diff:.3g}); every failure below may be this one: the properties take a target "
+    "to be a function of its inputs"
+)
+
+
+def determinism_finding(target: Target, device, dtype: torch.dtype) -> str | None:
+    """Whether the same plain problem, called again and again (up to SAME_CALLS times within
+    SAME_CALLS_S seconds), gives the first call's output each time."""
+    if target.attention is None:
+        return None
+    probe = Probe(2, 2, 6, 6)
+    first, q, k, v, keywords = _attention_call(target, probe, device, dtype)
+    tolerance = SAME.get(first.dtype, 1e-2)
+    started = time.monotonic()
+    for n in range(2, SAME_CALLS + 1):
+        out = _attention_call(target, probe, device, dtype)[0]
+        if not torch.allclose(out, first, rtol=tolerance, atol=tolerance, equal_nan=True):
+            diff = (out.double() - first.double()).abs().nan_to_num(float("inf")).max().item()
+            call = described({"q": q, "k": k, "v": v, "keywords": keywords})
+            return NONDETERMINISTIC.format(n=n, call=call, diff=diff)
+        if time.monotonic() - started > SAME_CALLS_S:
+            return None
+    return None
+
+
 def shapes_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     """For a target that raises on the plain problem (6 positions over 2 heads, as attention or as a
     layer): whether the same problem runs with 2 positions, as many as the heads (a view or reshape
@@ -332,6 +366,8 @@ def shapes_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     def raised(call, seq: int) -> Exception | None:
         try:
             call(seq)
+        except breaches.Breach:  # not an error of its own code: the run says what it did
+            raise
         except Exception as error:  # what the target raises is the evidence
             return error
         return None
@@ -411,6 +447,13 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     checks += [partial(cross_finding, target)] if target.supports("cross") else []
     if target.attention is not None and target.blocks:
         checks.append(partial(kernel_finding, target))
+    try:  # first: a target that answers otherwise to the same call explains every failure at once
+        with torch.no_grad():
+            nondeterministic = determinism_finding(target, device, dtype)
+    except Exception:
+        nondeterministic = None
+    if nondeterministic is not None:
+        return nondeterministic
     findings: list[str] = []
     for check in checks:
         try:

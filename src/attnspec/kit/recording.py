@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
-from attnspec.kit import in_flight
+from attnspec.kit import breaches, in_flight
 from attnspec.protocol.memory_layouts import layout_of
 
 KEPT = 8  # calls kept: the calls of one example of any property
 CALLS: deque[tuple[tuple, dict]] = deque(maxlen=KEPT)
+TYPES_CHECKED = True  # what a call returns is checked here (not while the first call is probed: as_returned)
 
 
 def recorded(attention: Callable) -> Callable:
@@ -24,12 +26,33 @@ def recorded(attention: Callable) -> Callable:
         CALLS.append((args, kwargs))
         try:
             with in_flight.watched(lambda: in_words(args, kwargs)):  # for a crash or a hang
-                return attention(*args, **kwargs)
+                result = attention(*args, **kwargs)
         except Exception as error:  # the call it raised on travels with it (refusal)
             error.attnspec_call = (args, kwargs)  # type: ignore[attr-defined]
             raise
+        except BaseException as error:  # SystemExit, KeyboardInterrupt: this call's failure, not the run's
+            breach = breaches.escaped(error, in_words(args, kwargs))
+            if breach is None:
+                raise
+            raise breach from None
+        breach = breaches.wrong_return(result, kwargs, in_words(args, kwargs)) if TYPES_CHECKED else None
+        if breach is not None:
+            raise breach
+        return result
 
     return recording
+
+
+@contextlib.contextmanager
+def as_returned() -> Iterator[None]:
+    """The calls inside return what the target returns, unchecked: the probe of its first call says
+    what is wrong with it in its own words (target_checks.py)."""
+    global TYPES_CHECKED
+    saved, TYPES_CHECKED = TYPES_CHECKED, False
+    try:
+        yield
+    finally:
+        TYPES_CHECKED = saved
 
 
 def in_words(args: tuple, kwargs: dict) -> str:

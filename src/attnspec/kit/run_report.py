@@ -28,6 +28,7 @@ LACKS = re.compile(r"lacks: ([a-z0-9_, ]+)$")
 EXAMPLE_NOTES = ("Falsifying", "Failing", "Draw ")
 # A property that needs a second device the target cannot use here (skips.second_device) says so.
 NO_SECOND_DEVICE = "no second real device is here"
+OUTPUT_KEPT = 64 * 1024  # characters of a test's captured output (each stream) kept in its report
 # What only a module's properties read: an attention target without a module is not told it lacks them.
 MODULE_ONLY = ("module", "chunks", "no_positions", "padding", "hidden_states")
 # What a module target's properties read (test_modules.py, and test_attention_layer.py for its layer):
@@ -72,6 +73,19 @@ def _one_line(text: str) -> str:
     text = re.sub(r"\(\n\s*", "(", text)
     text = re.sub(r",?\n\s*\)", ")", text)
     return re.sub(r"\n\s*", " ", text)
+
+
+def bounded(output: str, limit: int = OUTPUT_KEPT) -> str:
+    """A test's captured output, its last ``limit`` characters where it has more, saying how much
+    was dropped: a target that prints megabytes a call costs the check what reading them costs, and
+    its report stays readable."""
+    if len(output) <= limit:
+        return output
+    dropped = len(output) - limit
+    return (
+        f"[attnspec: {dropped:,} characters of earlier output dropped, the last {limit:,} kept]\n"
+        + (output[-limit:])
+    )
 
 
 def error_in_brief(error: BaseException) -> tuple[str, tuple[str, ...]]:
@@ -176,6 +190,11 @@ def _process_in_brief(process: str) -> str:
     ):
         if process.startswith(start):
             return verb
+    words = process.split()
+    if process.startswith("the target raised "):  # breaches.py
+        return "raises " + words[3].partition("(")[0]
+    if process.startswith("the target returned "):
+        return "returns " + " ".join(words[3:5])
     return "breaks its process"
 
 
@@ -231,6 +250,7 @@ class RunReport:
         report = yield
         if report.failed and call.excinfo is not None:
             report.attnspec_error = error_in_brief(call.excinfo.value)
+        report.sections = [(title, bounded(text)) for title, text in report.sections]
         return report
 
     @pytest.hookimpl

@@ -6,28 +6,19 @@ A target that cannot even be loaded (its module does not import) gets one line t
 
 from __future__ import annotations
 
-import sysconfig
 import time
 import traceback
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
+from attnspec.kit import recording
+from attnspec.kit.frames import kit_code, raised_at
 from attnspec.kit.names import Died
 from attnspec.protocol import targets
 from attnspec.protocol.targets import Target
 
 SEE = "(the target protocol and the conventions: `attnspec conventions` prints them)"
-PACKAGE = Path(__file__).resolve().parents[1]  # attnspec
-
-
-def kit_code(filename: str) -> bool:
-    """Whether a frame's file is attnspec's own code (the kit loading, calling or reading a target),
-    not the target's: anything of the package but its reference implementation (impl/), which is a
-    target like any other."""
-    path = Path(filename).resolve()
-    return path.is_relative_to(PACKAGE) and not path.is_relative_to(PACKAGE / "impl")
 
 
 KEYWORDS = {"causal": True, "window": None, "sinks": None, "scale": None}
@@ -51,25 +42,6 @@ def load_problem(name: str, error: Exception) -> str:
         message = str(error).splitlines()[0] if str(error) else ""
         return f"--impl {name}: {module} cannot be imported: {type(error).__name__}{at}: {message}"
     return f"--impl {name}: {error}" + (f" (raised at {where})" if where else "")
-
-
-def raised_at(frames: traceback.StackSummary) -> str | None:
-    """Where an error was raised ("FILE, line N") in code outside the kit: the innermost frame outside
-    the standard library and the installed packages when there is one (the user's own module),
-    else the innermost outside the kit; None when the kit itself raised it."""
-    outside = [
-        frame for frame in frames if not frame.filename.startswith("<") and not kit_code(frame.filename)
-    ]
-    libraries = [Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")]
-    own = [
-        frame
-        for frame in outside
-        if not any(Path(frame.filename).resolve().is_relative_to(lib) for lib in libraries)
-    ]
-    if not outside:
-        return None
-    frame = (own or outside)[-1]
-    return f"{frame.filename}, line {frame.lineno}"
 
 
 WARM_UP = 0.25  # seconds: a first call slower than this is timed again, warm
@@ -154,6 +126,11 @@ def target_problems(target: Target, device: torch.device | str = "cpu") -> list[
         return layer_problems(target, device)
     if target.attention is None:
         return module_problems(target, device)
+    with recording.as_returned():
+        return _attention_problems(target, device)
+
+
+def _attention_problems(target: Target, device: torch.device | str) -> list[str]:
     batch, n_heads, n_kv_heads, tq, tk, d, dv = probe_shapes(target)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (

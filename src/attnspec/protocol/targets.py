@@ -471,10 +471,21 @@ def resolve(name: str) -> object:
     if ":" not in spec:
         raise ValueError(f"neither a built-in adapter ({', '.join(ADAPTERS)}) nor package.module:object")
     module_name, _, attribute = spec.partition(":")
-    obj = importlib.import_module(module_of_file(module_name))
+    obj = _imported(module_of_file(module_name), own=name not in ADAPTERS)
     for part in attribute.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _imported(module: str, own: bool) -> object:
+    """``module`` imported; a user's (``own``) without writing bytecode into their project."""
+    if not own:
+        return importlib.import_module(module)
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 # What a built-in adapter needs installed besides attnspec.

@@ -14,10 +14,14 @@ def _number(text: str, kind: type) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+MOST_GIB = 2.0**33  # gibibytes of address space no machine has (8 EiB: the most setrlimit takes)
+LEAST_TIMEOUT_S = 0.5  # a call in flight is looked at every 0.25 s: a shorter limit would not hold
+
+
 def positive_float(text: str) -> float:
     value = _number(text, float)
-    if not value > 0:  # nan too
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    if not 0 < value < math.inf:  # nan too
+        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, got {text}")
     return value
 
 
@@ -25,6 +29,22 @@ def non_negative_float(text: str) -> float:
     value = _number(text, float)
     if not 0 <= value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a number of 0 or more, got {text}")
+    return value
+
+
+def memory_gib(text: str) -> float:
+    """GiB of address space: 0 (no cap) up to what any machine could have."""
+    value = non_negative_float(text)
+    if value > MOST_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MOST_GIB:.0f} GiB (0: no cap), got {text}")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """Seconds one call may run: at least LEAST_TIMEOUT_S, finite."""
+    value = positive_float(text)
+    if value < LEAST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be at least {LEAST_TIMEOUT_S:g} s, got {text}")
     return value
 
 

@@ -178,7 +178,7 @@ class Parallel:
         self.memory = memory
         self.work: list[list[pytest.Item]] = []  # the units, by index
         self.workers: dict[int, Running] = {}  # pid -> what it is doing
-        self.pending: dict[int, bytes] = {}  # pid -> bytes read that end in the middle of a line
+        self.pending: dict[int, list[bytes]] = {}  # pid -> the chunks read of a line not ended yet
         self.slots = in_flight.Slots(jobs)
         self.free = list(range(jobs))  # slots no worker holds
         self.take = -1  # the read end of the work pipe
@@ -207,9 +207,10 @@ class Parallel:
             code = 1
             try:
                 self._worker_set_up(slot)
+                silenced(streams=True)  # what the target prints on the kit's probes is not the user's
                 try:
                     result: tuple[str, object] = ("returned", function())
-                except Exception as error:  # said in the parent, as raised there
+                except BaseException as error:  # noqa: B036 (said in the parent, as raised there: SIGINT is ignored here)
                     result = ("raised", f"{type(error).__name__}: {error}")
                 data = pickle.dumps(result)
                 while data:
@@ -329,8 +330,10 @@ class Parallel:
             self.workers[pid] = Running(slot, read)
             return
         code = 1
+        said = os.dup(2)  # the kit's own error, if any, is said there
         try:  # the worker: its reports go to the pipe, nothing to the terminal
             self._worker_set_up(self.slots.slot(slot))
+            silenced()  # a target's prints outside a test's capture (a failure's replays) included
             config = session.config
             # a reporter that writes nowhere: plugins that find one attach more to their reports
             # (Hypothesis its statistics), which the check's process prints
@@ -355,7 +358,7 @@ class Parallel:
         except BaseException:  # noqa: B036 (the kit's own error: said, then the check goes on without us)
             import traceback
 
-            traceback.print_exc()
+            os.write(said, traceback.format_exc().encode(errors="replace"))
         finally:
             os._exit(code)  # no session finish, no atexit: the check's process does those
 
@@ -381,7 +384,13 @@ class Parallel:
             if status != 0:
                 self.died(session, running, status)
             return
-        *lines, self.pending[pid] = (self.pending.get(pid, b"") + chunk).split(b"\n")
+        pending = self.pending.setdefault(pid, [])
+        if b"\n" not in chunk:  # the middle of a long line: kept as it came, joined once it ends
+            pending.append(chunk)
+            return
+        head, *lines, rest = chunk.split(b"\n")
+        lines.insert(0, b"".join([*pending, head]))
+        self.pending[pid] = [rest] if rest else []
         hook = session.config.hook
         for line in lines:
             message = json.loads(line)
@@ -462,6 +471,7 @@ class Parallel:
     def _reaped(self, pid: int) -> int:
         """The wait status of worker ``pid``, which has ended or been killed; its pipe and slot freed."""
         running = self.workers.pop(pid)
+        self.pending.pop(pid, None)
         _, status = os.waitpid(pid, 0)
         os.close(running.read)
         self.free.append(running.slot)
@@ -475,6 +485,20 @@ class Parallel:
             except ProcessLookupError:
                 pass
             self._reaped(pid)
+
+
+def silenced(streams: bool = False) -> None:
+    """This process's standard output and error to nowhere (file descriptors 1 and 2: a target's
+    prints, and its libraries'); ``streams``: sys.stdout and sys.stderr too, which pytest's capture
+    may have pointed at a file it shares with the check's process."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    nowhere = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(nowhere, fd)
+    os.close(nowhere)
+    if streams:
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's whole life)
 
 
 def taken(take: int) -> Iterator[int]:

@@ -31,6 +31,7 @@ the summary ends with the kit's capability table and its verdict on the kit's te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -40,10 +41,13 @@ import pytest
 
 from attnspec.kit import loading
 from attnspec.kit.names import DATABASE_ENV, FAILURES_ENV, SESSION  # noqa: F401 (the runner's, too)
+from attnspec.runner import tempdirs
 
 PROFILES = ("quick", "default", "ci", "thorough")  # attnspec/kit/profiles.py registers them
 PROFILES_HELP = "Hypothesis examples per property: quick 5, default 25, ci 150, thorough 1000"
 MARKER = "attnspec"
+HYPOTHESIS_HOME_PREFIX = "attnspec-hypothesis-"  # a run's temporary folder for Hypothesis's own files
+HYPOTHESIS_HOME = "__hypothesis_home_directory"  # where hypothesis.configuration keeps the one it uses
 INI = "attnspec"
 TEST_FILES = "test_*.py"  # the kit's own naming: attnspec/kit/properties/test_*.py
 # The node ids of the kit's tests: attnspec/kit/properties/test_attention.py::test_x, the same wherever
@@ -181,6 +185,9 @@ class KitSession:
         self.profile = config.getoption("attnspec_profile") or (profile if profile in PROFILES else "default")
         self.database = config.getoption("attnspec_db") or ""
         self._hypothesis: _HypothesisProfile | None = None
+        # Hypothesis's own files of the kit's tests (its cache of constants): there, not in your project
+        self._files = contextlib.ExitStack()
+        self.hypothesis_home = self._files.enter_context(tempdirs.locked_folder(HYPOTHESIS_HOME_PREFIX))
         config.addinivalue_line(
             "markers", f"{MARKER}: a property of attnspec's kit (pytest --attnspec TARGET)"
         )
@@ -269,7 +276,8 @@ class KitSession:
         saved = {key: os.environ.get(key) for key in values}
         os.environ.update(values)
         try:
-            return (yield)
+            with self._kits_hypothesis_files():
+                return (yield)
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -294,6 +302,36 @@ class KitSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         self._pin_target(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item):
+        if not _of_the_kit(item.nodeid):
+            return (yield)
+        with self._kits_hypothesis_files():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self):
+        """(Hypothesis's plugin caches the constants of every module imported here, once a test of
+        Hypothesis's is collected: the kit's are.)"""
+        with self._kits_hypothesis_files():
+            return (yield)
+
+    @contextlib.contextmanager
+    def _kits_hypothesis_files(self) -> Iterator[None]:
+        """Hypothesis's files of the kit's tests (its cache of the constants in the code they import,
+        written as they are collected and run) go to the kit's temporary folder; yours where yours do."""
+        from hypothesis import configuration
+
+        yours = vars(configuration).get(HYPOTHESIS_HOME)
+        configuration.set_hypothesis_home_dir(self.hypothesis_home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(yours)
+
+    def pytest_unconfigure(self) -> None:
+        self._files.close()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> None:

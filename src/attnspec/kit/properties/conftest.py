@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnspec.kit import fixtures, global_state, loading, profiles, recording, reproducers
+from attnspec.kit import breaches, fixtures, global_state, loading, profiles, recording, reproducers
 from attnspec.kit.conventions import TERSE
 from attnspec.kit.diagnosis import case_finding, target_diagnosis
 from attnspec.kit.fixtures import kit_option, parametrize_paths
 from attnspec.kit.laws import law_problem
 from attnspec.kit.names import FAILURES_ENV, ISOLATION, SESSION
+from attnspec.kit.recording import first_error
 from attnspec.kit.run_report import NAME as RUN_REPORT
 from attnspec.kit.run_report import RunReport, lacks, short_test_name
 from attnspec.kit.target_checks import load_problem, probed
@@ -159,8 +162,14 @@ def pytest_runtest_call(item: pytest.Item):
         return (yield)
     global_state.restore(global_state.CLEAN)
     torch.random.set_rng_state(RNG_AT_START)
+    breaches.listen()  # a real Ctrl-C from here on is told from a KeyboardInterrupt the target raises
     try:
         return (yield)
+    except BaseException as error:  # a module target's SystemExit (an attention call's: recording.py)
+        breach = breaches.escaped(error, "a call of its module")
+        if breach is None:
+            raise
+        raise breach from None
     finally:
         changed = global_state.changes(global_state.CLEAN, global_state.snapshot())
         if changed:
@@ -188,6 +197,9 @@ def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.T
     exhausted (``attnspec_process``)."""
     if call.excinfo is not None and isinstance(call.excinfo.value, global_state.ChangedGlobalState):
         report.attnspec_state = str(call.excinfo.value)
+        return
+    if call.excinfo is not None and isinstance(breach := first_error(call.excinfo.value), breaches.Breach):
+        report.attnspec_process = str(breach)  # said once, as a crash is
         return
     exhausted = reproducers.out_of_memory(call.excinfo.value) if call.excinfo is not None else None
     if exhausted:
@@ -221,6 +233,17 @@ def _handed_back(item: pytest.Item, report: pytest.TestReport, target: targets.T
     )
 
 
+@contextlib.contextmanager
+def unheard() -> Iterator[None]:
+    """What is printed through sys.stdout and sys.stderr inside, dropped."""
+    with (
+        open(os.devnull, "w") as nowhere,
+        contextlib.redirect_stdout(nowhere),
+        contextlib.redirect_stderr(nowhere),
+    ):
+        yield
+
+
 @functools.cache
 def _diagnosis(target: targets.Target, device: str) -> str | None:
     return target_diagnosis(target, device)
@@ -240,14 +263,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     terse = os.environ.get(TERSE) == "1"  # a campaign's mutant run: the failure alone counts
     if report.when == "call" and report.failed and target.name != "impl" and not terse:
         try:  # first: the diagnosis calls the target too
-            _handed_back(item, report, target, call)
+            with unheard():  # the target's prints as the kit calls it again: not the test's output
+                _handed_back(item, report, target, call)
         except Exception as error:  # what is handed back is extra: the failure is reported whatever it does
             report.sections.append(
                 ("attnspec could not build a reproducer", f"{type(error).__name__}: {error}")
             )
         # (`attnspec check` diagnoses the target once, after the run, outside its time budget)
         if not item.config.pluginmanager.has_plugin(ISOLATION):
-            diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
+            with unheard():
+                diagnosis = _diagnosis(target, kit_option(item.config, "--device"))
             if diagnosis:
                 report.sections.append(("attnspec's diagnosis of the target", diagnosis))
     return report
