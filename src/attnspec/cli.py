@@ -38,7 +38,7 @@ import pytest
 from attnspec.kit import loading
 from attnspec.mutation.cli import split_command
 from attnspec.mutation.watch import interrupted
-from attnspec.runner import children, outputs, tempdirs
+from attnspec.runner import children, folders, outputs
 from attnspec.runner.arguments import memory_gib, positive_float, positive_int, timeout_seconds
 from attnspec.runner.outputs import FAILURES  # noqa: F401 (where the failures go, for the docs' tests)
 from attnspec.runner.parallel import (
@@ -306,7 +306,7 @@ def check(args: argparse.Namespace) -> int:
     try:
         with (
             outputs.failures_folder(Path.cwd()) as (failures, elsewhere),
-            tempdirs.locked_folder(HYPOTHESIS_HOME_PREFIX) as home,
+            folders.locked_temporary(HYPOTHESIS_HOME_PREFIX) as home,
         ):
             os.environ[FAILURES_ENV] = str(failures)  # where a failing property leaves its reproducer
             # Hypothesis's own files (its cache of the constants in the code it tests, a database unless

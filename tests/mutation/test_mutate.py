@@ -107,7 +107,7 @@ def test_with_its_targets_every_survivor_gets_the_test_that_kills_it_and_with_th
     assert "written to attnspec-mutation/test_suggested.py" in section
     suggested = (project / "attnspec-mutation" / "test_suggested.py").read_text()
     for fault, test in named.items():
-        assert f"\ndef {test}():\n    \"\"\"{fault}, " in suggested
+        assert f'\ndef {test}():\n    """{fault}, ' in suggested
     assert suggested.count("attnspec.check(") >= len(named)
     shutil.copy(project / "attnspec-mutation" / "test_suggested.py", project / "tests")
     after = mutate(project, tmp_path, "attention.py", *TARGETS, *shapes, "tests/test_suggested.py")
@@ -258,6 +258,19 @@ def test_any_command_is_a_test_source_and_a_line_it_never_runs_is_not_exercised(
     results = json.loads((tmp_path / "out" / "mutation-results.json").read_text())["mutants"]
     assert results["tiny.scores__F3_1"]["status"] == "Killed"
     assert results["tiny.slow_scores__F3_1"]["status"] == "NoCoverage"
+
+
+def test_incremental_with_a_command_and_nothing_changed_reuses_every_result(tmp_path):
+    project, tmp = tmp_path / "project", tmp_path / "tmp"
+    project.mkdir()
+    tmp.mkdir()
+    (project / "tiny.py").write_text(TINY)
+    (project / "check.py").write_text(CHECK)
+    command = ("tiny.py", "--incremental", "--", sys.executable, "check.py")
+    first, again = mutate(project, tmp, *command), mutate(project, tmp, *command)
+    assert first.returncode == 1 and re.search(r"\(\d run, 0 reused\)", first.stdout), first.stdout[-2000:]
+    assert again.returncode == 1, again.stdout[-2000:] + again.stderr[-2000:]  # no clean run left to run
+    assert "(0 of 1 tests run), mutants 0.0 s (0 run, 2 reused)" in again.stdout, again.stdout[-2000:]
 
 
 def test_a_site_annotation_beside_a_triage_comment_is_no_malformed_triage(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from attnspec.cli import FAILURES
-from attnspec.runner import tempdirs
+from attnspec.runner import folders
 from attnspec.runner.pytest_plugin import HYPOTHESIS_HOME_PREFIX
 from tests.fixtures.kit_runs import alive_with, left_in, run_module, tree_digest, users_env
 
@@ -279,7 +279,7 @@ def test_the_temporary_folder_of_a_check_killed_with_sigkill_goes_with_the_next_
     time.sleep(0.5)  # the workers' parent-death signal
     left = [name for name in left_in(tmp_path) if name.startswith(HYPOTHESIS_HOME_PREFIX)]
     assert len(left) == 1, left_in(tmp_path)
-    past = time.time() - 2 * tempdirs.STALE_AFTER_S
+    past = time.time() - 2 * folders.STALE_AFTER_S
     os.utime(tmp_path / left[0], (past, past))
     done = check(user_dir, tmp_path, "toy:attention", *ONE)
     assert done.returncode == 0, said(done)

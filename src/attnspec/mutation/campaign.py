@@ -17,17 +17,20 @@ The campaigns on code outside impl/ all run here, on the one engine:
 3. the reports go to the output folder: mutation-report.json (Stryker schema) and index.html,
    mutation-summary.txt (also printed), junit.xml (one case per fault), annotations.txt (GitHub
    workflow commands, printed under GitHub Actions), mutation-results.json (what ``incremental``
-   reuses), and with the kit the kill matrix.  The workspace is removed, also on Ctrl-C (one left
-   by a campaign killed outright, engine and all, is removed by the next); an interrupted campaign
-   writes no report.
+   reuses), and with the kit the kill matrix: written into a temporary folder in it, then moved
+   over the previous ones as a set, mutation-results.json last.  The workspace is removed, also on
+   Ctrl-C (one left by a campaign killed outright, engine and all, is removed by the next); an
+   interrupted campaign leaves the reports' folder as it was, or, interrupted as they are moved in,
+   this run's reports whole.
 """
 
 from __future__ import annotations
 
-import fcntl
+import importlib.machinery
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -40,11 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnspec.kit import loading
+from attnspec.runner import folders
 from attnspec.runner.pytest_plugin import importable_name
 
 from . import history, suggest
 from .engine import CLEAN_TIMEOUT_S
-from .errors import CampaignError
+from .errors import CampaignError, Interrupted
 from .faults import FAULTS, source_digest
 from .generators.evidence import evidence
 from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
@@ -55,9 +59,11 @@ from .reports.matrix import failures_by_fault, kill_cells, write_matrix
 from .reports.stryker import Mutant, stryker_report
 from .reports.summary import fault_rows, summary_text
 from .triage import TriageError, inline
-from .watch import Watch, engine_env, interrupted, log_tail
+from .watch import Watch, engine_env, interrupted, interrupts_held, log_tail
 
 RESULTS = "mutation-results.json"
+REPORT = "mutation-report.json"
+STAGING = ".attnspec-tmp-"  # the reports' temporary folder, in their folder: OUT/.attnspec-tmp-XXXXXXXX
 FAULT_ORDER = [fault.id for fault in FAULTS]
 WORKSPACE_PREFIX = "attnspec-mutate-"  # a campaign's temporary folder, in the system's temp folder
 STALE_AFTER_S = 60.0  # a workspace this old whose lock is free has no campaign left
@@ -155,13 +161,26 @@ def check_target_name(name: str, cwd: Path) -> None:
         raise CampaignError(f"--impl {name}: give module:OBJ (what attnspec check takes) or one of {known}")
     sys.path.insert(0, str(cwd))
     try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
+        found = findable(module)
     finally:
         sys.path.remove(str(cwd))
-    if found is None:
+    if not found:
         raise CampaignError(f"--impl {name}: no module {module} importable from {cwd}")
+
+
+def findable(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing its packages (importlib's find_spec
+    imports them: their code run here, their bytecode written into the user's project)."""
+    top, *parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name is found, not imported
+    except (ImportError, ValueError):
+        return False
+    for part in parts:
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
 
 
 def file_source(file: str, cwd: Path) -> Source:
@@ -337,8 +356,9 @@ def worker_env(settings: Settings, workspace: Path, paths: list[str]) -> dict[st
     }
     if settings.suite == "kit":
         extra.update(ATTNSPEC_IMPL=settings.impl, HYPOTHESIS_PROFILE="mutation")
-    else:  # Hypothesis's example database goes to the workspace, not the user's project
-        extra.update(HYPOTHESIS_STORAGE_DIRECTORY=str(workspace / "hypothesis"))
+    # whatever Hypothesis keeps (its example database, its cache of the code's constants: .hypothesis/
+    # where it runs) goes to the workspace, not the user's project, and goes with it
+    extra.update(HYPOTHESIS_STORAGE_DIRECTORY=str(workspace / "hypothesis"))
     return engine_env(**extra)
 
 
@@ -409,9 +429,70 @@ def write_reports(
     wall_s: float,
     triage: dict,
     suggested: list[str] | None = None,
+    suggested_test: str | None = None,
 ) -> int:
+    """Every report written into a temporary folder in the reports' folder (the same file system), then
+    moved over the previous ones as a set (mutation-results.json, what --incremental reads, last),
+    interrupts held back meanwhile; then the summary printed.  An interrupt raises Interrupted, saying
+    what the reports' folder holds."""
     out_dir = settings.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir / f"{STAGING}{secrets.token_hex(4)}"
+    had_reports = any((out_dir / name).exists() for name in (RESULTS, REPORT))
+    moved = False
+    try:
+        staging.mkdir()
+        text, commands, code = report_files(
+            settings, mutants, texts, results, wall_s, triage, suggested, suggested_test, staging
+        )
+        with interrupts_held():
+            move_into(staging, out_dir)
+            moved = True
+        if settings.github or os.environ.get("GITHUB_ACTIONS") == "true":
+            print("\n".join(commands), flush=True)
+        print(text, flush=True)
+        return code
+    except KeyboardInterrupt:
+        raise Interrupted(reports_left(shown_path(out_dir, settings.cwd), had_reports, moved)) from None
+    finally:
+        with interrupts_held():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def move_into(staging: Path, out_dir: Path) -> None:
+    """Each file of ``staging`` moved over its namesake in ``out_dir``, mutation-results.json last."""
+    for name in sorted(os.listdir(staging), key=lambda name: name == RESULTS):
+        os.replace(staging / name, out_dir / name)
+
+
+def reports_left(shown: Path, had_reports: bool, moved: bool) -> str:
+    """What an interrupt while the reports were written leaves in their folder (``shown``)."""
+    if moved:
+        return f"this run's reports are complete in {shown} (its summary in mutation-summary.txt)"
+    if had_reports:
+        return f"the reports of the previous run in {shown} are as they were (none of this run's written)"
+    return "no report written, nothing left behind (the workspace is removed)"
+
+
+def shown_path(path: Path, cwd: Path) -> Path:
+    """``path`` as the user is shown it: from ``cwd`` when it is inside it."""
+    return path.relative_to(cwd) if path.is_relative_to(cwd) else path
+
+
+def report_files(
+    settings: Settings,
+    mutants: list[SiteMutant],
+    texts: dict[str, str],
+    results: dict,
+    wall_s: float,
+    triage: dict,
+    suggested: list[str] | None,
+    suggested_test: str | None,
+    into: Path,
+) -> tuple[str, list[str], int]:
+    """Every report written into ``into`` (whose files then replace the reports' folder's): the
+    summary, the GitHub annotations and the exit status."""
+    out_dir = settings.out_dir
     reported = report_mutants(mutants, results, triage)
     durations = {test: entry["duration"] for test, entry in results["tests"].items()}
     phases = results["phases"]
@@ -432,12 +513,11 @@ def write_reports(
         "dependencies": {"attnspec fault catalogue": ", ".join(f.id for f in FAULTS)},
     }
     report = stryker_report(reported, texts, durations, config, performance, framework)
-    report_path = out_dir / "mutation-report.json"
-    report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (out_dir / "index.html").write_text(render(report), encoding="utf-8")
-    (out_dir / RESULTS).write_text(json.dumps(results), encoding="utf-8")
+    (into / REPORT).write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (into / "index.html").write_text(render(report), encoding="utf-8")
+    (into / RESULTS).write_text(json.dumps(results), encoding="utf-8")
     rows = fault_rows(reported, triage, settings.strict, present_faults(settings, texts, mutants))
-    where = report_path.relative_to(settings.cwd) if report_path.is_relative_to(settings.cwd) else report_path
+    where = shown_path(out_dir / REPORT, settings.cwd)
     tests_run = f"{phases['tests_traced']} of {len(results['tests'])} tests run"
     mutants_run = f"{phases['mutants_run']} run, {phases['mutants_reused']} reused"
     clean, mutation = f"{phases['clean_s']:.1f} s", f"{phases['mutants_s']:.1f} s"
@@ -452,21 +532,20 @@ def write_reports(
     requirements = {r for entry in ran for r in entry.get("requirements", [])}
     if settings.suite == "kit":
         cells, paths = kill_cells(failures_by_fault(reported, results))
-        text += "\n\n" + write_matrix(cells, paths, out_dir, settings.cwd, requirements)
+        text += "\n\n" + write_matrix(cells, paths, out_dir, settings.cwd, requirements, into)
     if suggested:
         text += "\n" + "\n".join(suggested)
-    (out_dir / "junit.xml").write_text(
+    if suggested_test is not None:
+        (into / suggest.FILE).write_text(suggested_test, encoding="utf-8")
+    (into / "junit.xml").write_text(
         junit_xml(settings.title, reported, rows, triage, wall_s, settings.strict)
     )
     commands = annotations(reported, triage, settings.strict, git_prefix(settings.cwd))
-    (out_dir / "annotations.txt").write_text("".join(c + "\n" for c in commands))
-    if settings.github or os.environ.get("GITHUB_ACTIONS") == "true":
-        print("\n".join(commands), flush=True)
+    (into / "annotations.txt").write_text("".join(c + "\n" for c in commands))
     ungraded = ungraded_sources(settings, reported)
     if ungraded:  # the first thing said: the score above means nothing for these files
         text = "\n".join(ungraded) + "\n\n" + text
-    print(text, flush=True)
-    (out_dir / "mutation-summary.txt").write_text(text + "\n")
+    (into / "mutation-summary.txt").write_text(text + "\n")
     if settings.table:
         table = {
             "target": settings.name,
@@ -474,8 +553,8 @@ def write_reports(
             "seconds": round(wall_s),
             "faults": rows,
         }
-        (out_dir / "fault-table.json").write_text(json.dumps(table, indent=1))
-    return 2 if ungraded else 1 if failures else 0
+        (into / "fault-table.json").write_text(json.dumps(table, indent=1))
+    return text, commands, 2 if ungraded else 1 if failures else 0
 
 
 def present_faults(settings: Settings, texts: dict[str, str], mutants: list[SiteMutant]) -> dict[str, str]:
@@ -526,10 +605,10 @@ def run(settings: Settings) -> int:
     """One campaign; its gate's exit status (0 passed, 1 failed).  Raises CampaignError when it
     cannot run (its reports' folder cannot be written, or another campaign writes there now: both
     found before anything runs), KeyboardInterrupt when interrupted (the workspace is removed either
-    way)."""
+    way; Interrupted once the reports are written, saying what their folder holds)."""
     started = time.monotonic()
-    home = writable_home(settings.out_dir)
-    with one_campaign_in(home, settings.out_dir):
+    writable_home(settings.out_dir)
+    with one_campaign_in(settings.out_dir, shown_path(settings.out_dir, settings.cwd)):
         return _run(settings, started)
 
 
@@ -553,22 +632,28 @@ def writable_home(out_dir: Path) -> Path:
 
 
 @contextmanager
-def one_campaign_in(home: Path, out_dir: Path) -> Iterator[None]:
-    """Holds an exclusive lock on ``home`` (flock on the folder itself: nothing is written) while the
-    campaign runs: a second campaign that would write the same reports refuses at once.  The engine,
-    forked, holds it too, until it ends."""
-    fd = os.open(home, os.O_RDONLY)
-    try:
+def one_campaign_in(out_dir: Path, shown: Path | None = None) -> Iterator[None]:
+    """Holds the reports' folder ``out_dir`` (folders.hold: made if it is not there, and removed at the
+    end if still empty) while the campaign runs: a second campaign with the same --out refuses at once,
+    one with another --out runs.  The engine, forked, holds it too, until it ends."""
+    with interrupts_held():  # the folders made are removed below, whatever comes
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            holding = folders.hold(out_dir)
+        except folders.Busy:
             raise CampaignError(
-                f"another attnspec mutate is running in {home} and would write the same reports "
-                f"({out_dir}): wait for it to end, or give this one --out with another folder"
+                f"another attnspec mutate is running in {shown or out_dir} (its reports' folder): wait for "
+                "it to end, or give this one another --out"
             ) from None
+        except OSError as error:
+            raise CampaignError(
+                f"the reports cannot be written into {out_dir}: {error.strerror or error} (give --out a "
+                "writable folder)"
+            ) from None
+    try:
         yield
     finally:
-        os.close(fd)
+        with interrupts_held():
+            holding.release()
 
 
 def _run(settings: Settings, started: float) -> int:
@@ -586,8 +671,9 @@ def _run(settings: Settings, started: float) -> int:
     print(f"{settings.name}: {len(mutants)} catalogue mutants of {faults} in {files}{scope}", flush=True)
     triage = triage_of(settings, texts, mutants)  # a malformed comment stops it before anything runs
     results = run_engine(settings, mutants, functions, context, started)
-    suggested = suggestions(settings, mutants, functions, context, results, triage, texts)
-    return write_reports(settings, mutants, texts, results, time.monotonic() - started, triage, suggested)
+    suggested, test = suggestions(settings, mutants, functions, context, results, triage, texts)
+    wall_s = time.monotonic() - started
+    return write_reports(settings, mutants, texts, results, wall_s, triage, suggested, test)
 
 
 def suggestions(
@@ -598,32 +684,31 @@ def suggestions(
     results: dict,
     triage: dict,
     texts: dict[str, str],
-) -> list[str]:
-    """The summary's lines on the tests that would kill the survivors (suggest.py); with targets,
-    test_suggested.py written into the reports' folder."""
+) -> tuple[list[str], str | None]:
+    """The summary's lines on the tests that would kill the survivors (suggest.py), and with targets
+    the text of test_suggested.py (written with the reports), else None."""
     if not settings.strict:
-        return []
+        return [], None
     left = suggest.survivors(mutants, results, triage)
     if not settings.suggest_targets:
-        return suggest.without_target(sorted({m.fault for m in left}, key=lambda f: FAULT_ORDER.index(f)))
+        faults = sorted({m.fault for m in left}, key=lambda f: FAULT_ORDER.index(f))
+        return suggest.without_target(faults), None
     if not left:
-        return []
+        return [], None
 
     def run_kit(kit: Settings, pending: list[SiteMutant]) -> dict:
         return run_engine(kit, pending, functions, context, time.monotonic())
 
     found, notes = suggest.find(settings, left, run_kit)
-    written = None
-    if any(s.checks for s in found):
-        where = {m.name: f"{m.path}:{m.lines[0]}" for m in mutants}
-        command = "attnspec mutate " + " ".join(
-            [*(s.shown for s in settings.sources), *(f"--impl {t}" for t in settings.suggest_targets)]
-        )
-        path = settings.out_dir / suggest.FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(suggest.module_text(found, f"{command} -- {settings.name}", where), encoding="utf-8")
-        written = str(path.relative_to(settings.cwd) if path.is_relative_to(settings.cwd) else path)
-    return suggest.summary_lines(found, notes, written)
+    if not any(s.checks for s in found):
+        return suggest.summary_lines(found, notes, None), None
+    where = {m.name: f"{m.path}:{m.lines[0]}" for m in mutants}
+    command = "attnspec mutate " + " ".join(
+        [*(s.shown for s in settings.sources), *(f"--impl {t}" for t in settings.suggest_targets)]
+    )
+    test = suggest.module_text(found, f"{command} -- {settings.name}", where)
+    written = str(shown_path(settings.out_dir / suggest.FILE, settings.cwd))
+    return suggest.summary_lines(found, notes, written), test
 
 
 def run_engine(
@@ -632,57 +717,43 @@ def run_engine(
     """The engine's results for ``mutants`` under the settings' test source, run in a workspace of
     their own (removed afterwards, also on an interrupt)."""
     previous = signal.signal(signal.SIGTERM, interrupted)
-    # the workspace is made with interrupts held back until the try below owns it: one that came in
-    # between would leave it behind
-    collect_stale_workspaces()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    workspace = Path(tempfile.mkdtemp(prefix=WORKSPACE_PREFIX))
-    owner = os.open(workspace, os.O_RDONLY)  # locked while this campaign and its engine live
-    try:
-        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        write_plan(settings, workspace, mutants, functions, context)
-        plan = json.loads((workspace / "plan.json").read_text())
-        watch = Watch(workspace, started)
-        log = workspace / "engine.log"
-        command = [sys.executable, "-m", "attnspec.mutation.worker", str(workspace)]
-        env = worker_env(settings, workspace, plan["paths"])
-        code = watch.run(command, env, log, cwd=settings.cwd, fork=True)
-        results_path = workspace / "results.json"
-        results = json.loads(results_path.read_text()) if results_path.exists() else {}
-        if code != 0 or "error" in results or not results:
-            why = results.get("error") or f"the engine exited with {code}"
-            raise CampaignError(f"{why}; last lines of its log:\n{log_tail(log)}")
-        return results
+    try:  # the workspace is locked while this campaign and its engine live (folders.locked_temporary)
+        with folders.locked_temporary(WORKSPACE_PREFIX, keep=settings.keep) as workspace:
+            try:
+                return engine_results(settings, workspace, mutants, functions, context, started)
+            finally:
+                if settings.keep:
+                    print(f"workspace kept at {workspace}")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if settings.keep:
-            print(f"workspace kept at {workspace}")
-        else:
-            shutil.rmtree(workspace, ignore_errors=True)
-        os.close(owner)
+
+
+def engine_results(
+    settings: Settings,
+    workspace: Path,
+    mutants: list[SiteMutant],
+    functions: dict,
+    context: str,
+    started: float,
+) -> dict:
+    """The engine run in ``workspace`` on the plan written there, followed; its results."""
+    write_plan(settings, workspace, mutants, functions, context)
+    plan = json.loads((workspace / "plan.json").read_text())
+    watch = Watch(workspace, started)
+    log = workspace / "engine.log"
+    command = [sys.executable, "-m", "attnspec.mutation.worker", str(workspace)]
+    env = worker_env(settings, workspace, plan["paths"])
+    code = watch.run(command, env, log, cwd=settings.cwd, fork=True)
+    results_path = workspace / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if code != 0 or "error" in results or not results:
+        why = results.get("error") or f"the engine exited with {code}"
+        raise CampaignError(f"{why}; last lines of its log:\n{log_tail(log)}")
+    return results
 
 
 def collect_stale_workspaces(folder: Path | None = None, settle_s: float = STALE_AFTER_S) -> list[Path]:
     """Remove the workspaces of campaigns that died without removing them (the campaign and its engine
     both killed with SIGKILL, a machine that lost power): each campaign holds a lock on its workspace
-    while it or its engine lives, so one whose lock can be taken has no owner.  A workspace younger than
-    ``settle_s`` is left alone: its campaign may not have locked it yet.  Returns those removed."""
-    removed = []
-    for stale in Path(folder or tempfile.gettempdir()).glob(WORKSPACE_PREFIX + "*"):
-        try:
-            if not stale.is_dir() or stale.is_symlink() or time.time() - stale.stat().st_mtime < settle_s:
-                continue
-            fd = os.open(stale, os.O_RDONLY)
-        except OSError:
-            continue  # gone meanwhile, or another user's
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # a campaign still runs there
-        else:
-            shutil.rmtree(stale, ignore_errors=True)
-            removed.append(stale)
-        finally:
-            os.close(fd)
-    return removed
+    while it or its engine lives (folders.collect_stale).  Returns those removed."""
+    return folders.collect_stale(WORKSPACE_PREFIX, folder, settle_s)

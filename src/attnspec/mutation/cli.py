@@ -125,6 +125,8 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
     from .triage import from_file
 
     cwd = Path.cwd()
+    if not args.out:
+        parser.error("--out '': name the reports' folder (an empty one would be this folder)")
     if args.kit:
         if command:
             parser.error("--kit runs the kit's properties: give no test command")
@@ -157,9 +159,11 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
                 " ".join(command),
             )
         )
-    triage = from_file(Path(args.triage)) if args.triage else {}
     if args.triage and not Path(args.triage).exists():
         parser.error(f"--triage {args.triage}: no such file")
+    if args.triage and not Path(args.triage).is_file():  # a FIFO would be waited on for ever
+        parser.error(f"--triage {args.triage}: not a regular file")
+    triage = from_file(Path(args.triage)) if args.triage else {}
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     return campaign.Settings(
@@ -198,9 +202,9 @@ def run(args: argparse.Namespace) -> int:
     except (campaign.CampaignError, TriageError) as error:
         print(f"\nNOT RUN: {error}", file=sys.stderr)
         return NOT_RUN
-    except KeyboardInterrupt:
-        print(
-            "\ninterrupted: nothing was left behind (the workspace is removed, no report written)",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt as interrupt:
+        left = "nothing was left behind (the workspace is removed, no report written)"
+        if isinstance(interrupt, campaign.Interrupted):  # as the reports were written: what they are
+            left = str(interrupt)
+        print(f"\ninterrupted: {left}", file=sys.stderr)
         return INTERRUPTED

@@ -293,6 +293,8 @@ class Engine:
         """Run ``tests`` against the original code: per test its seconds, the functions it called
         and the lines of each it executed (relative to the function's first line); and the failing
         tests.  A test source that runs elsewhere (a command) measures its own lines."""
+        if not tests:  # --incremental, nothing changed: every test's previous trace serves
+            return {}, []
         if not self.suite.in_process:
             self.progress.running = {"test": tests[0], "since": time.time()}  # the command, one test
             self.progress.write(force=True)

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnspec.runner import forking
@@ -145,6 +147,17 @@ def interrupted(signum: int, frame: object) -> None:
     lock release); follow() raises it again."""
     INTERRUPTED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while the block runs (what it does is done whole, or not begun);
+    one that came meanwhile is an interrupt as the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def raise_if_interrupted() -> None:

@@ -44,11 +44,30 @@ def stopper(workspace: Path, parent: int):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        if os.getppid() != parent:
+        if os.getppid() != parent:  # the others first: none of them writes into the workspace after it goes
+            for pid in others_in_group():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             shutil.rmtree(workspace, ignore_errors=True)
         os.killpg(0, signal.SIGKILL)
 
     return stop
+
+
+def others_in_group() -> list[int]:
+    """The other processes of this process's group (Linux's /proc; none where it is not there)."""
+    me, group = os.getpid(), os.getpgrp()
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended meanwhile
+        if len(fields) > 2 and int(fields[2]) == group and int(stat.parent.name) != me:
+            found.append(int(stat.parent.name))
+    return found
 
 
 if __name__ == "__main__":

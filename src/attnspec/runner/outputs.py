@@ -3,7 +3,7 @@
 it could have refused at once; and a report that cannot be written once the run is over (a disk that
 filled meanwhile) goes to a temporary folder that is named, the verdict as it was.
 
-attnspec-failures/ is held by one check at a time (flock on the folder): a second check in the same
+attnspec-failures/ is held by one check at a time (folders.hold): a second check in the same
 folder is refused at once, so that neither overwrites the other's reproducers and each printed rerun
 command replays its own run.  Where the folder the check runs in cannot be written (a read-only
 checkout), the failures go to a temporary folder, named with them.
@@ -19,10 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # no flock (Windows): two checks in one folder are not told apart
-    fcntl = None  # type: ignore[assignment]
+from attnspec.runner import folders
 
 FAILURES = "attnspec-failures"  # in the folder the check runs in: the reproducers and report.txt
 ELSEWHERE = "attnspec-failures-"  # the temporary folder's prefix where that cannot be written
@@ -88,32 +85,25 @@ def _nearest_folder(option: str, text: str, path: Path) -> Path:
 @contextmanager
 def failures_folder(cwd: Path) -> Iterator[tuple[Path, str]]:
     """This check's folder for its failures, held for the run, and why it is not attnspec-failures/ in
-    ``cwd`` ("" where it is): that folder, made and locked, its earlier reproducers and report removed;
-    where ``cwd`` cannot be written, a new temporary folder.  Raises OutputError where another check
-    holds it.  An empty folder does not stay."""
-    folder, why = cwd / FAILURES, ""
+    ``cwd`` ("" where it is): that folder, made and held (folders.hold), its earlier reproducers and
+    report removed; where it cannot be made, a new temporary folder.  Raises OutputError where another
+    check holds it.  An empty folder does not stay."""
+    why = ""
     try:
-        folder.mkdir(exist_ok=True)
-        fd = os.open(folder, os.O_RDONLY)
+        holding = folders.hold(cwd / FAILURES, remove_empty=True)
+    except folders.Busy:
+        raise OutputError(
+            f"another attnspec check is running in {cwd} and writes {FAILURES}/ there: wait for it to end, "
+            "or run this one from another folder"
+        ) from None
     except OSError as error:
-        folder = Path(tempfile.mkdtemp(prefix=ELSEWHERE))
         why = f"{FAILURES}/ cannot be written in {cwd}: {error.strerror or error}"
-        fd = os.open(folder, os.O_RDONLY)
+        holding = folders.hold(Path(tempfile.mkdtemp(prefix=ELSEWHERE)), remove_empty=True)
     try:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise OutputError(
-                    f"another attnspec check is running in {cwd} and writes {FAILURES}/ there: wait for it "
-                    "to end, or run this one from another folder"
-                ) from None
-        _clear(folder)
-        yield folder, why
+        _clear(holding.folder)
+        yield holding.folder, why
     finally:
-        os.close(fd)
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()  # nothing to hand back: the folder does not stay
+        holding.release()
 
 
 def _clear(folder: Path) -> None:

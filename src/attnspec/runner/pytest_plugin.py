@@ -41,7 +41,7 @@ import pytest
 
 from attnspec.kit import loading
 from attnspec.kit.names import DATABASE_ENV, FAILURES_ENV, SESSION  # noqa: F401 (the runner's, too)
-from attnspec.runner import tempdirs
+from attnspec.runner import folders
 
 PROFILES = ("quick", "default", "ci", "thorough")  # attnspec/kit/profiles.py registers them
 PROFILES_HELP = "Hypothesis examples per property: quick 5, default 25, ci 150, thorough 1000"
@@ -187,7 +187,7 @@ class KitSession:
         self._hypothesis: _HypothesisProfile | None = None
         # Hypothesis's own files of the kit's tests (its cache of constants): there, not in your project
         self._files = contextlib.ExitStack()
-        self.hypothesis_home = self._files.enter_context(tempdirs.locked_folder(HYPOTHESIS_HOME_PREFIX))
+        self.hypothesis_home = self._files.enter_context(folders.locked_temporary(HYPOTHESIS_HOME_PREFIX))
         config.addinivalue_line(
             "markers", f"{MARKER}: a property of attnspec's kit (pytest --attnspec TARGET)"
         )

@@ -48,11 +48,18 @@ def kill_cells(failures_by_fault: dict[str, list[list]]) -> tuple[Matrix, Paths]
 
 
 def write_matrix(
-    cells: Matrix, paths: Paths, out_dir: Path, root: Path, checked: set[str] | None = None
+    cells: Matrix,
+    paths: Paths,
+    out_dir: Path,
+    root: Path,
+    checked: set[str] | None = None,
+    into: Path | None = None,
 ) -> str:
-    """kill-matrix.json and kill-matrix.png in ``out_dir``; returns the terminal table.  The heatmap
-    is drawn again only when what it shows changed (2 s of matplotlib, most of an incremental
-    campaign's report when no catalogue mutant ran)."""
+    """kill-matrix.json and kill-matrix.png in ``out_dir`` (written into ``into`` when given: a folder
+    whose files then replace out_dir's); returns the terminal table.  The heatmap is drawn again only
+    when what it shows changed (2 s of matplotlib, most of an incremental campaign's report when no
+    catalogue mutant ran)."""
+    into = into or out_dir
     shown = [cells, [(f.id, f.description, sorted(f.kills)) for f in FAULTS]]
     drawn = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:16]
     saved_path, heatmap = out_dir / "kill-matrix.json", out_dir / "kill-matrix.png"
@@ -61,11 +68,11 @@ def write_matrix(
     except (OSError, ValueError):
         unchanged = False
     table = matrix_table(cells, paths, checked)
-    if unchanged or write_heatmap(cells, heatmap):
+    if unchanged or write_heatmap(cells, into / heatmap.name):
         table += f"\n  heatmap: {heatmap.relative_to(root) if heatmap.is_relative_to(root) else heatmap}"
     saved = {"requirements": cells, "paths": {fault: sorted(on) for fault, on in paths.items()}}
     saved["heatmap"] = drawn  # a digest of what kill-matrix.png shows, written once it is drawn
-    saved_path.write_text(json.dumps(saved, indent=1, sort_keys=True))
+    (into / saved_path.name).write_text(json.dumps(saved, indent=1, sort_keys=True))
     return table
 
 
