@@ -38,6 +38,7 @@ def toy_but(body: str, setup: str = "") -> str:
 import os
 import subprocess
 import sys
+import time
 
 import toy
 {setup}
@@ -81,6 +82,7 @@ TARGETS = {
     # a tuple once past its first three calls (the kit's probe makes those)
     "retyped": toy_but("CALLS.append(1)\nif len(CALLS) > 3:\n    result = (result,)", "CALLS = []"),
     "leaks": toy_but(LEAK),
+    "leaks_slowly": toy_but(LEAK + "time.sleep(0.01)"),  # a check of several seconds
 }
 
 
@@ -102,6 +104,23 @@ def check(cwd: Path, tmp: Path, *args: str, timeout: float = 600) -> subprocess.
 
 def said(done: subprocess.CompletedProcess) -> str:
     return done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def running_check(cwd: Path, tmp: Path, *args: str) -> subprocess.Popen:
+    """`attnspec check ARGS` started in a new interpreter and a session of its own (its temporary folder
+    ``tmp``), returned once its properties run (its first progress mark)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "check", *args],
+        cwd=cwd,
+        env={**users_env(), "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    while process.stdout.read(1) not in (b".", b"F", b""):
+        pass
+    return process
 
 
 def assert_clean(done: subprocess.CompletedProcess, tmp: Path) -> None:
@@ -183,19 +202,10 @@ def test_a_target_whose_return_type_changes_after_its_first_call_is_told_what_it
 def test_a_second_check_in_the_same_folder_is_refused_and_the_first_keeps_its_report(
     user_dir: Path, tmp_path: Path
 ):
-    first = subprocess.Popen(
-        [sys.executable, "-m", "attnspec", "check", "leaks:attention", *ONE],
-        cwd=user_dir,
-        env={**users_env(), "TMPDIR": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert first.stdout is not None
-    while first.stdout.read(1) not in (".", "F", ""):  # the properties run: it holds the folder
-        pass
+    # a check that runs on for seconds after its first test, holding the folder
+    first = running_check(user_dir, tmp_path, "leaks_slowly:attention", "--profile", "quick")
     second = check(user_dir, tmp_path, "toy:attention", *ONE)
-    output = first.communicate(timeout=600)[0]
+    output = first.communicate(timeout=600)[0].decode(errors="replace")
     assert second.returncode == 2, said(second)
     assert second.stdout.strip().splitlines() == [
         f"NOT CHECKED: another attnspec check is running in {user_dir} and writes {FAILURES}/ there: wait "
@@ -263,17 +273,7 @@ def test_a_path_or_number_it_cannot_use_is_refused_before_anything_runs(
 def test_the_temporary_folder_of_a_check_killed_with_sigkill_goes_with_the_next_check(
     user_dir: Path, tmp_path: Path
 ):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnspec", "check", "toy:attention"],
-        cwd=user_dir,
-        env={**users_env(), "TMPDIR": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    while process.stdout.read(1) not in (b".", b"F", b""):  # the properties run
-        pass
+    process = running_check(user_dir, tmp_path, "toy:attention")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     time.sleep(0.5)  # the workers' parent-death signal
