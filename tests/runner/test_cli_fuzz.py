@@ -148,13 +148,13 @@ def fuzz_dir(tmp_path_factory) -> Path:
 # values that make sense for an option, besides any word
 VALUES = {
     "--profile": ["quick", "default"], "--device": ["cpu", "meta", "cuda"],
-    "-k": ["oracle", "shapes", "none"], "-j": ["1", "2", "64"],
+    "-k": ["oracle", "shapes", "none"], "-j": ["1", "2", "64", "999999"],
     "--jobs": ["1", "3"], "--timeout": ["0.001", "1", "60", "1e-9", "inf"],
     "--max-memory": ["0", "0.001", "4", "1e12", "inf"], "--tb": ["long", "no"],
     "--seed": ["0", "7", "-1", "99999999999999999999"], "--db": ["db", "folder", "", "fifo", "toy.py"],
     "--junitxml": ["out.xml", "folder", "missing/out.xml", "", "fifo", "/dev/full"],
     "--impl": ["toy:attention", "impl"], "--since": ["HEAD", "nope"],
-    "--out": ["reports", "toy.py", "/proc/none", "", "fifo"], "--workers": ["1", "0"],
+    "--out": ["reports", "toy.py", "/proc/none", "", "fifo"], "--workers": ["1", "0", "999999"],
     "--triage": ["bad.toml", "triage.toml", "missing.toml", "folder", "fifo", "/dev/null"],
     "--budget": ["0.5", "30", "inf", "1e308"],
 }  # fmt: skip

@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from attnspec.runner.arguments import positive_float, positive_int
+from attnspec.runner.parallel import usable_cores
 
 from .engine import CLEAN_TIMEOUT_S
 
@@ -78,7 +79,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "--workers",
         type=positive_int,
         default=os.cpu_count() or 2,
-        help="mutants run in parallel (default: cores)",
+        help="mutants run in parallel (default: cores; at most twice the cores, which more would only share)",
     )
     mutate.add_argument(
         "--timeout",
@@ -174,7 +175,7 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         out_dir=(cwd / args.out).resolve(),
         impl=args.impl[0] if args.kit else "",
         suggest_targets=() if args.kit else tuple(args.impl),
-        workers=args.workers,
+        workers=min(args.workers, 2 * usable_cores()),
         select=args.select,
         triage=triage,
         since=args.since,
