@@ -148,12 +148,18 @@ SUGGESTING = (
 )
 
 
-def attention_project(where: Path) -> Path:
-    """A package (model/) with an attention function, and a test of its shapes only."""
+def attention_project(where: Path, slow: bool = False) -> Path:
+    """A package (model/) with an attention function, and a test of its shapes only; ``slow``: the
+    function sleeps 20 ms a call, so that a campaign of the kit on it runs for seconds."""
     project = where / "project"
     (project / "model").mkdir(parents=True)
     (project / "model" / "__init__.py").write_text("")
-    (project / "model" / "attn.py").write_text(TINY_ATTENTION)
+    attention = TINY_ATTENTION
+    if slow:
+        attention = attention.replace("import math\n", "import math\nimport time\n").replace(
+            "    scores = (q @", "    time.sleep(0.02)\n    scores = (q @"
+        )
+    (project / "model" / "attn.py").write_text(attention)
     (project / "test_shapes.py").write_text(SHAPES_ONLY)
     return project
 
@@ -183,7 +189,7 @@ def test_suggesting_tests_writes_no_hypothesis_folder_nor_bytecode_into_the_proj
 
 
 def test_interrupted_while_the_kit_runs_for_suggestions_it_writes_nothing_into_the_project(tmp_path):
-    project = attention_project(tmp_path)
+    project = attention_project(tmp_path, slow=True)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", *SUGGESTING]

@@ -192,11 +192,23 @@ def answered(cwd: Path, command: list[str]) -> None:
     assert done.returncode in (0, 1, 2), (command, done.returncode, output[-3000:])
     assert left_running(done) == [] and left == [], (command, left_running(done), left)
     if cwd != REPO:
-        assert users_files(tree_digest(cwd)) == users_files(before), command
+        outputs = named_outputs(command)  # a file the user asked it to write there may change
+        assert users_files(tree_digest(cwd), outputs) == users_files(before, outputs), command
 
 
-def users_files(digests: dict[str, str]) -> dict[str, str]:
-    return {name: digest for name, digest in digests.items() if name in FILES or name == "binary.py"}
+OUTPUTS = ("--junitxml", "--db", "--out")  # the options that name a path the command writes
+
+
+def named_outputs(command: list[str]) -> set[str]:
+    return {value for option, value in zip(command, command[1:], strict=False) if option in OUTPUTS}
+
+
+def users_files(digests: dict[str, str], outputs: set[str] = frozenset()) -> dict[str, str]:
+    return {
+        name: digest
+        for name, digest in digests.items()
+        if (name in FILES or name == "binary.py") and name not in outputs
+    }
 
 
 @FUZZ
