@@ -194,7 +194,9 @@ def test_interrupted_while_the_kit_runs_for_suggestions_it_writes_nothing_into_t
     tmp.mkdir()
     command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", *SUGGESTING]
     piped = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    process = subprocess.Popen(command, cwd=project, env=users_environment(tmp), **piped)
+    # SIGINT as a terminal delivers it, even where this run inherited it ignored (a background job)
+    reset = {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)}
+    process = subprocess.Popen(command, cwd=project, env=users_environment(tmp), **piped, **reset)
     assert process.stdout is not None
     deadline, kit, seen = time.monotonic() + 240, False, []
     for line in process.stdout:  # the kit's campaign on the survivors, its clean run done
