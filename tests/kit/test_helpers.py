@@ -122,3 +122,36 @@ def test_a_convention_is_named_only_where_it_differs_from_attnspecs():
     # A small error (a float32 computation of a float64 layer) matches the candidate that coincides
     # with attnspec's convention on this case; that explains nothing.
     assert explanation(golden + 1e-8, golden, candidates) is None
+
+
+def test_an_error_the_target_raises_only_with_its_weights_is_no_refusal_of_the_inputs():
+    """A refusal names the one change of the inputs that makes the target take the call; where the call
+    is taken unchanged (the target's bug is in its weights path), no change explains the error, and the
+    failure stays a failure (it was once told "it takes float32")."""
+    from dataclasses import replace
+
+    from attnspec.kit.recording import recorded
+    from attnspec.kit.reproducers import refusal
+
+    impl = current()
+
+    def attention(q, k, v, **kwargs):
+        if kwargs.get("return_weights"):
+            raise IndexError("index -3 is out of bounds for dimension 3 with size 2")
+        return impl.attention(q, k, v, **kwargs)
+
+    def refuses(q, k, v, **kwargs):
+        if q.dtype == torch.float64:
+            raise TypeError("float64 is not supported")
+        return impl.attention(q, k, v, **kwargs)
+
+    q = torch.randn(1, 1, 6, 4, dtype=torch.float64)
+    k, v = torch.randn(1, 1, 2, 4, dtype=torch.float64), torch.randn(1, 1, 2, 4, dtype=torch.float64)
+    said = {}
+    for name, broken in (("weights path", attention), ("float64", refuses)):
+        target = replace(impl, attention=recorded(broken))
+        with pytest.raises(Exception) as raised:
+            target.attention(q, k, v, causal=True, return_weights=True)
+        said[name] = refusal(target, raised.value)
+    assert said["weights path"] is None, said
+    assert said["float64"] is not None and "; it takes float32: " in said["float64"], said

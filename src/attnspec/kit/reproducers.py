@@ -132,6 +132,8 @@ def _what_to_declare(target: targets.Target, q, k, v, keywords: dict) -> str | N
             retries.append(
                 (True, {switch: value}, f"it takes {switch}={value}: drop the capability {capability!r}")
             )
+    if _takes(target, q, k, v, keywords):  # the call as the retries make it (no weights asked for, ...)
+        return None  # is taken unchanged: no change of the inputs explains the error
     for differs, change, says in retries:
         if differs and _takes(target, q, k, v, keywords, **change):
             return says
