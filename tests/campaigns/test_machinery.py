@@ -254,6 +254,60 @@ def test_a_mutant_runs_the_covering_tests_that_execute_its_statement():
     assert reached(original.replace("s.softmax(-1)", "s.softmax(-2)")) == covering
 
 
+def test_an_inserted_statement_is_reached_by_the_tests_that_run_the_code_around_it():
+    # A catalogue fault that inserts a statement (F7: RoPE applied to the values too) is glued, in the
+    # reports, to the token after it, here a comment that no test "executes": it was reported not
+    # exercised while every test ran it.  Its site is the code around the insertion.
+    original = textwrap.dedent(
+        """\
+        def forward(q, k, v, rope):
+            q, k = rope(q), rope(k)
+            # the scores
+            s = q @ k.mT
+            if v is None:
+                return s
+            return s.softmax(-1) @ v
+        """
+    )
+    mutated = original.replace("    # the scores\n", "    v = rope(v)\n    # the scores\n")
+    assert site_lines(original, mutated) == [1, 3]  # the statements before and after it
+    first = original.replace("def forward(q, k, v, rope):\n", "def forward(q, k, v, rope):\n    v = -v\n")
+    assert site_lines(original, first) == [1]  # at the top of the body: the statement after it
+    tests = {"t::any": {"lines": {"m.forward": [1, 3, 4, 6]}}}
+    mutant = {"function": "m.forward", "site": site_lines(original, mutated)}
+    assert reaching(mutant, ["t::any"], tests) == ["t::any"]
+
+
+def test_a_mutants_tests_run_in_an_order_that_does_not_change_between_runs():
+    # The test named as a mutant's killer is its first failing test: in an order fixed by the suite
+    # (tests meant for its fault first, then the previous run's killers, then the suite's order), never
+    # by this run's durations, which vary, nor by which sibling finished first.
+    from attnspec.mutation.engine import Job, in_fixed_order
+
+    order = [
+        "t.py::test_slow",
+        "t.py::test_fast",
+        "t.py::test_F15_gqa",
+        "t.py::test_F1_mask",
+        "t.py::test_req",
+    ]
+    tests = {name: {"duration": 0.1, "requirements": []} for name in order}
+    tests["t.py::test_req"]["requirements"] = [next(f for f in FAULTS if f.id == "F1").kills[0]]
+    position = {name: index for index, name in enumerate(order)}
+    for durations in ([9.0, 0.01, 5, 5, 5], [0.01, 9.0, 1, 2, 3]):
+        for name, seconds in zip(order, durations, strict=True):
+            tests[name]["duration"] = seconds
+        job = Job("m.f__F1_1", list(reversed(order)), False, 1.0, catalogue="F1")
+        assert in_fixed_order(job, tests, position, []) == [
+            "t.py::test_F1_mask",  # named after F1 (F15 is not F1)
+            "t.py::test_req",  # checks a requirement F1 breaks
+            "t.py::test_slow",
+            "t.py::test_fast",
+            "t.py::test_F15_gqa",
+        ]
+        assert in_fixed_order(job, tests, position, ["t.py::test_fast"])[2] == "t.py::test_fast"
+
+
 PATCH_PROBE = """
 import sys
 
@@ -487,7 +541,7 @@ def test_siblings_share_their_row_of_the_kill_matrix_without_changing_it(tmp_pat
     engine = Engine({"workspace": str(tmp_path), "workers": 2}, Switch(), suite)
     mutants = {m: {"function": f"f_{m}", "fault": fault} for m, (fault, _, _) in SIBLING_TABLE.items()}
     jobs = [Job(m, reach.split(), f is not None, 1.0, f) for m, (f, reach, _) in SIBLING_TABLE.items()]
-    engine.run_jobs(jobs, mutants, {t: {"duration": 0.0} for t in TABLE_TESTS}, {})
+    engine.run_jobs(jobs, mutants, {t: {"duration": 0.0} for t in TABLE_TESTS})
 
     def alone(m):  # every test of the mutant's matrix, with nothing known of its siblings
         fault, reach, _ = SIBLING_TABLE[m]

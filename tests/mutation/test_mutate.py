@@ -91,6 +91,27 @@ def test_shapes_only_tests_let_faults_survive_and_strong_ones_kill_them_all(camp
     assert seen["F3"].startswith("the attention core"), seen
 
 
+def test_three_runs_give_the_same_verdicts_and_the_same_killers(tmp_path):
+    # Both suites together, two workers: a mutant's killer is its first failing test in an order fixed
+    # by the suite, not by this run's durations or by which child finished first (an F5 mutant was
+    # credited to a test named for F6 on one run and to another test on the next).
+    project = copy_project(tmp_path)
+    outcomes = []
+    for run in range(3):
+        done = mutate(project, tmp_path, "attention.py", "--out", f"../run-{run}", "--", "pytest", "tests")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads((tmp_path / f"run-{run}" / "mutation-report.json").read_text())
+        outcomes.append(
+            {
+                mutant["id"]: (mutant["status"], tuple(mutant.get("killedBy", ())))
+                for file in report["files"].values()
+                for mutant in file["mutants"]
+            }
+        )
+    assert len(outcomes[0]) >= 30 and all(killers for _, killers in outcomes[0].values())
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
 TARGETS = ("--impl", "attnspec_target:ATTENTION", "--impl", "attnspec_target:BLOCK")
 
 

@@ -297,10 +297,15 @@ def write_plan(
 ) -> None:
     (workspace / "sources").mkdir()
     planned = []
+    originals: dict[str, str] = {}  # file -> its text
     for mutant in mutants:
         file = workspace / "sources" / f"{mutant.name}.py"
         file.write_text(mutant.source, encoding="utf-8")
         function = f"{mutant.module}.{mutant.qualname}"
+        span = functions[function]
+        if span["file"] not in originals:
+            originals[span["file"]] = Path(span["file"]).read_text(encoding="utf-8")
+        original = originals[span["file"]]
         planned.append(
             {
                 "name": mutant.name,
@@ -311,6 +316,8 @@ def write_plan(
                 "file": str(file),
                 "original": functions[function]["file"],
                 "lines": list(mutant.lines),
+                # the statements a test must run for the mutant to act (None: its signature, every call)
+                "site": history.function_site(original, mutant.source, span["first"], span["last"]),
                 "code": history.digest(functions[function]["digest"], mutant.diff.split("\n", 2)[-1]),
             }
         )
@@ -393,6 +400,15 @@ def report_mutants(mutants: list[SiteMutant], results: dict, triage: dict) -> li
             )
         )
     return made
+
+
+def selection_note(phases: dict) -> str:
+    """What test selection saved: the tests the mutants ran against every test on every mutant."""
+    runs, every = phases["test_runs"], phases["test_runs_all"]
+    return (
+        f"test selection: {runs} test runs instead of {every} (every test on every mutant run), "
+        f"{phases['tests_s']:.1f} s of tests instead of ~{phases['all_tests_s']:.0f} s"
+    )
 
 
 def git_prefix(cwd: Path) -> str:
@@ -522,6 +538,8 @@ def report_files(
     mutants_run = f"{phases['mutants_run']} run, {phases['mutants_reused']} reused"
     clean, mutation = f"{phases['clean_s']:.1f} s", f"{phases['mutants_s']:.1f} s"
     notes = [f"clean run {clean} ({tests_run}), mutants {mutation} ({mutants_run})"]
+    if phases.get("test_runs_all"):
+        notes.append(selection_note(phases))
     if results.get("not_reused"):
         notes.append(f"nothing reused: {results['not_reused']}")
     text, failures = summary_text(

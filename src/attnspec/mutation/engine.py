@@ -15,8 +15,10 @@ The engine does the rest, the same way for every campaign:
    here once afterwards, so that no child pays for them again;
 2. a check that mutants are live, where the generator has a mutant that breaks every function;
 3. one forked child per mutant, up to N at a time: it switches its mutant on and runs the tests
-   that execute the mutant's lines (history.reaching), fastest first (a test that already killed a
-   mutant of the same function first), up to the first failure; with the kill matrix a catalogue
+   that execute the mutant's lines (history.reaching), in a fixed order (``in_fixed_order``: the
+   tests meant for its fault first, then the previous run's killers of its function, then the
+   suite's order), up to the first failure, so that the test named as its killer is the same on
+   every run; with the kill matrix a catalogue
    mutant runs every such test that checks a requirement, and then (only if none failed) the others
    up to the first failure.  Once it has failed a test, it skips a test whose requirements are all
    cells of its fault's row already and whose attention path already killed the fault (``Known``:
@@ -39,6 +41,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -429,7 +432,11 @@ class Engine:
             self.lazy_modules = import_quietly(self.lazy_modules)
             freeze_heap()
         self.progress.total = len(mutants)
-        self.run_jobs(jobs, mutants, tests, killers)
+        position = {test: index for index, test in enumerate(order)}
+        for job in jobs:
+            job.tests = in_fixed_order(job, tests, position, killers.get(entries[job.name]["function"], []))
+        self.run_jobs(jobs, mutants, tests)
+        selection = selection_counts(jobs, mutants, tests)
         return {
             "version": history.VERSION,
             "shard": plan.get("shard"),
@@ -446,6 +453,7 @@ class Engine:
                 "tests_traced": len(traced),
                 "mutants_run": len(jobs),
                 "mutants_reused": reused,
+                **selection,
             },
         }
 
@@ -454,10 +462,10 @@ class Engine:
         jobs: list[Job],
         mutants: dict[str, dict],
         tests: dict[str, dict],
-        killers: dict[str, list[str]],
     ) -> None:
         """Fork one child per job, up to ``workers`` at a time, longest jobs (the matrix) first, a
-        fault's kill-matrix jobs one at a time (each with what its finished siblings found)."""
+        fault's kill-matrix jobs one at a time (each with what its finished siblings found); each
+        runs its tests in the fixed order ``in_fixed_order`` gave them."""
         out_dir = Path(self.plan["workspace"]) / "outcomes"
         out_dir.mkdir(exist_ok=True)
         queue = sorted(jobs, key=lambda job: (not job.matrix, -job.budget_s if job.matrix else 0.0))
@@ -478,8 +486,6 @@ class Engine:
             entry = mutants[job.name]
             outcome = outcome or {"failures": [], "tests_run": 0}
             entry.update(outcome, status=status, seconds=round(time.monotonic() - job.started, 3))
-            if outcome["failures"]:
-                killers.setdefault(entry["function"], []).append(outcome["failures"][0][0])
             if job.fault is not None:
                 for failure in outcome["failures"]:
                     rows.setdefault(job.fault, Known()).add(failure)
@@ -500,8 +506,6 @@ class Engine:
                     break  # only siblings of the running kill-matrix jobs are left
                 if job.fault is not None:
                     job.known = rows.get(job.fault)  # the child runs on its own copy
-                known = killers.get(mutants[job.name]["function"], [])
-                job.tests.sort(key=lambda t: (t not in known, tests[t]["duration"], t))
                 job.started = time.monotonic()
                 job.limit_s = max(min_timeout_s, TIMEOUT_FACTOR * job.budget_s)
                 pid = os.fork()
@@ -555,6 +559,46 @@ class Engine:
             os._exit(code)
 
 
+FAULT_ID = re.compile(r"(?<![A-Za-z0-9])(F[0-9]+)(?![0-9])")
+
+
+def in_fixed_order(
+    job: Job, tests: dict[str, dict], position: dict[str, int], killed: list[str]
+) -> list[str]:
+    """A mutant's tests in the order its child runs them, the same on every run of the same suite
+    (so the test that kills it, the first failing one, is too): first the tests meant for its fault
+    (a test named after it, ``test_F7_...``, then those checking a requirement the fault breaks),
+    then the tests that killed a mutant of its function in the previous run (``killed``; with
+    ``--incremental``), then the rest; each group in the suite's own order.  Durations, which vary
+    from run to run, and the order in which this run's children finish take no part."""
+    from .faults import FAULTS_BY_ID
+
+    fault = FAULTS_BY_ID.get(job.catalogue or "")
+    breaks = set(fault.kills) if fault is not None else set()
+
+    def key(test: str) -> tuple:
+        named = fault is not None and fault.id in FAULT_ID.findall(test.rpartition("::")[2])
+        checks = bool(breaks & set(tests[test].get("requirements", ())))
+        return (not named, not checks, test not in killed, position.get(test, len(position)), test)
+
+    return sorted(job.tests, key=key)
+
+
+def selection_counts(jobs: list[Job], mutants: dict[str, dict], tests: dict[str, dict]) -> dict:
+    """What test selection saved over the mutants run: the tests they ran (``test_runs``), the tests
+    that reach their lines (``tests_reaching``), and what running every test of the suite on each
+    would have cost (``test_runs_all`` runs, ``all_tests_s`` seconds of the clean run's durations),
+    against the seconds of the tests they ran (``tests_s``)."""
+    every_s = sum(entry["duration"] for entry in tests.values())
+    return {
+        "test_runs": sum(mutants[job.name].get("tests_run", 0) for job in jobs),
+        "tests_reaching": sum(len(job.tests) for job in jobs),
+        "test_runs_all": len(jobs) * len(tests),
+        "tests_s": round(sum(mutants[job.name].get("tests_s", 0.0) for job in jobs), 2),
+        "all_tests_s": round(len(jobs) * every_s, 2),
+    }
+
+
 def diagnosed(function: str) -> list[str] | str:
     """What the plan's diagnosis (``module:function``, called with the mutant on) names: the catalogue
     faults it says the code behaves as if it had, or why it could not say."""
@@ -584,7 +628,7 @@ def run_in_order(
     if matrix:
         candidates = [t for t in tests if requirements_of(t)] + [t for t in tests if not requirements_of(t)]
     failures: list[list] = []
-    ran = 0
+    ran, spent_s = 0, 0.0
     for index, test in enumerate(candidates):
         requirements = requirements_of(test)
         if matrix and failures and row.holds(requirements, path_of(test)):
@@ -593,12 +637,13 @@ def run_in_order(
             break  # a test that checks no requirement adds no cell: it only decides a status
         failed, seconds = run_test(test, candidates[index + 1] if index + 1 < len(candidates) else None)
         ran += 1
+        spent_s += seconds
         if failed:
             failures.append([test, requirements, round(seconds, 3), path_of(test)])
             row.add(failures[-1])
             if not matrix:
                 break
-    return {"failures": failures, "tests_run": ran}
+    return {"failures": failures, "tests_run": ran, "tests_s": round(spent_s, 3)}
 
 
 def status_of(outcome: dict) -> str:

@@ -110,15 +110,23 @@ def site_lines(original: str, mutant: str) -> list[int] | None:
     as the original, so it passes as in the clean run: the tests are deterministic."""
     old, new = original.splitlines(), mutant.splitlines()
     changed: set[int] = set()  # 1-based lines of the original
+    inserted: list[int] = []  # new lines between original lines i and i + 1
     for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        changed |= set(range(i1 + 1, i2 + 1)) if i2 > i1 else {i1, i1 + 1}
+        if i2 > i1:
+            changed |= set(range(i1 + 1, i2 + 1))
+        else:
+            inserted.append(i1)
     try:
         function = ast.parse(textwrap.dedent(original)).body[0]
     except (SyntaxError, IndexError):
         return None
-    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or not changed:
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    for point in inserted:
+        changed |= around_insertion(old, point, function.body[0].lineno)
+    if not changed:
         return None
     if min(changed) < function.body[0].lineno:
         return None  # the signature
@@ -133,6 +141,33 @@ def site_lines(original: str, mutant: str) -> list[int] | None:
         last = (inner.end_lineno or inner.lineno) if not body else body[0].lineno - 1
         site |= set(range(inner.lineno, max(inner.lineno, last) + 1))
     return sorted(line - 1 for line in site)
+
+
+def around_insertion(lines: list[str], point: int, body: int) -> set[int]:
+    """The code lines around new lines inserted after line ``point`` (1-based) of a function whose
+    body starts on line ``body``: the last one before (the statement that runs just before them, or
+    the header of their block) and the first one after, skipping blank and comment lines (which no
+    test "executes": an insertion glued to a comment was reported not exercised while every test
+    ran it).  At the top of the body, only the line after: the one before is the signature."""
+
+    def code(number: int) -> bool:
+        text = lines[number - 1].strip()
+        return bool(text) and not text.startswith("#")
+
+    before = next((n for n in range(point, 0, -1) if code(n)), None)
+    after = next((n for n in range(point + 1, len(lines) + 1) if code(n)), None)
+    found = {n for n in (before, after) if n is not None}
+    if before is not None and before < body:
+        found.discard(before)
+    return found
+
+
+def function_site(original_module: str, mutated_module: str, first: int, last: int) -> list[int] | None:
+    """``site_lines`` of the function on lines ``first``..``last`` (1-based) of a module and of the
+    same function in the mutated module (the mutation is inside it)."""
+    old, new = original_module.splitlines(), mutated_module.splitlines()
+    end = last + len(new) - len(old)
+    return site_lines("\n".join(old[first - 1 : last]), "\n".join(new[first - 1 : end]))
 
 
 def load(path: str | None) -> dict | None:

@@ -304,11 +304,10 @@ class CodeSwap:
         functions = self.plan["functions"]  # key -> {file, first, last, body, digest}
         mutants = {}
         for mutant in self.plan["mutants"]:
-            span = functions[mutant["function"]]
             mutants[mutant["name"]] = {
                 "function": mutant["function"],
                 "code": mutant["code"],
-                "site": [line - span["first"] for line in mutant["lines"]],
+                "site": mutant["site"],  # campaign.write_plan: history.function_site
                 "operator": mutant["fault"],
                 "operator_version": source_digest(),
                 "fault": mutant["fault"],

@@ -171,7 +171,7 @@ class CommandSuite:
                 "reason": f"stopped after {seconds:.0f} s",
             }
         failures = [[NAME, [], round(seconds, 3), ""]] if code != 0 else []
-        return {"failures": failures, "tests_run": 1}
+        return {"failures": failures, "tests_run": 1, "tests_s": round(seconds, 3)}
 
     def run_one(self, test: str, following: str | None) -> tuple[bool, float, bool]:
         code, seconds = self.execute(self.environment())
