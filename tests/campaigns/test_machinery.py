@@ -279,33 +279,36 @@ def test_an_inserted_statement_is_reached_by_the_tests_that_run_the_code_around_
 
 
 def test_a_mutants_tests_run_in_an_order_that_does_not_change_between_runs():
-    # The test named as a mutant's killer is its first failing test: in an order fixed by the suite
-    # (tests meant for its fault first, then the previous run's killers, then the suite's order), never
-    # by this run's durations, which vary, nor by which sibling finished first.
+    # The test named as a mutant's killer is its first failing test, in an order that no finishing
+    # child changes: the tests meant for its fault first, then the previous run's killer, then the
+    # cheapest by cost class (durations vary from run to run by less than 2x), then the suite's order.
     from attnspec.mutation.engine import Job, in_fixed_order
 
     order = [
         "t.py::test_slow",
         "t.py::test_fast",
+        "t.py::test_tiny",
         "t.py::test_F15_gqa",
         "t.py::test_F1_mask",
-        "t.py::test_req",
     ]
+    order.append("t.py::test_req")
     tests = {name: {"duration": 0.1, "requirements": []} for name in order}
     tests["t.py::test_req"]["requirements"] = [next(f for f in FAULTS if f.id == "F1").kills[0]]
     position = {name: index for index, name in enumerate(order)}
-    for durations in ([9.0, 0.01, 5, 5, 5], [0.01, 9.0, 1, 2, 3]):
+    expected = [
+        "t.py::test_F1_mask",  # named after F1 (F15 is not F1)
+        "t.py::test_req",  # checks a requirement F1 breaks
+        "t.py::test_tiny",  # under 20 ms: one class, the suite's order
+        "t.py::test_F15_gqa",
+        "t.py::test_fast",
+        "t.py::test_slow",
+    ]
+    for durations in ([2.0, 0.3, 0.011, 0.002, 5, 5], [2.5, 0.26, 0.004, 0.017, 1, 1]):
         for name, seconds in zip(order, durations, strict=True):
             tests[name]["duration"] = seconds
         job = Job("m.f__F1_1", list(reversed(order)), False, 1.0, catalogue="F1")
-        assert in_fixed_order(job, tests, position, []) == [
-            "t.py::test_F1_mask",  # named after F1 (F15 is not F1)
-            "t.py::test_req",  # checks a requirement F1 breaks
-            "t.py::test_slow",
-            "t.py::test_fast",
-            "t.py::test_F15_gqa",
-        ]
-        assert in_fixed_order(job, tests, position, ["t.py::test_fast"])[2] == "t.py::test_fast"
+        assert in_fixed_order(job, tests, position, []) == expected
+        assert in_fixed_order(job, tests, position, ["t.py::test_slow"])[2] == "t.py::test_slow"
 
 
 PATCH_PROBE = """

@@ -92,15 +92,16 @@ def test_shapes_only_tests_let_faults_survive_and_strong_ones_kill_them_all(camp
 
 
 def test_three_runs_give_the_same_verdicts_and_the_same_killers(tmp_path):
-    # Both suites together, two workers: a mutant's killer is its first failing test in an order fixed
-    # by the suite, not by this run's durations or by which child finished first (an F5 mutant was
-    # credited to a test named for F6 on one run and to another test on the next).
+    # Both suites together, two workers, the same reports' folder as a user re-runs: a mutant's killer
+    # is its first failing test in an order that no finishing child changes, and the previous run's
+    # killer is tried first (an F5 mutant was credited to a test named for F6 on one run and to
+    # another test on the next).
     project = copy_project(tmp_path)
     outcomes = []
-    for run in range(3):
-        done = mutate(project, tmp_path, "attention.py", "--out", f"../run-{run}", "--", "pytest", "tests")
+    for _ in range(3):
+        done = mutate(project, tmp_path, "attention.py", "--out", "../reports", "--", "pytest", "tests")
         assert done.returncode == 0, done.stdout + done.stderr
-        report = json.loads((tmp_path / f"run-{run}" / "mutation-report.json").read_text())
+        report = json.loads((tmp_path / "reports" / "mutation-report.json").read_text())
         outcomes.append(
             {
                 mutant["id"]: (mutant["status"], tuple(mutant.get("killedBy", ())))

@@ -333,6 +333,7 @@ def write_plan(
         "clean_timeout_s": settings.clean_timeout_s,
         "incremental": settings.incremental,
         "previous": str(previous) if settings.incremental and previous.exists() else None,
+        "history": str(previous) if previous.exists() else None,  # its killers are tried first
         "progress": str(workspace / "progress.json"),
         "results": str(workspace / "results.json"),
         "mutants": planned,

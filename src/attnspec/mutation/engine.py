@@ -15,10 +15,9 @@ The engine does the rest, the same way for every campaign:
    here once afterwards, so that no child pays for them again;
 2. a check that mutants are live, where the generator has a mutant that breaks every function;
 3. one forked child per mutant, up to N at a time: it switches its mutant on and runs the tests
-   that execute the mutant's lines (history.reaching), in a fixed order (``in_fixed_order``: the
-   tests meant for its fault first, then the previous run's killers of its function, then the
-   suite's order), up to the first failure, so that the test named as its killer is the same on
-   every run; with the kill matrix a catalogue
+   that execute the mutant's lines (history.reaching), in the order ``in_fixed_order`` gives (the
+   tests meant for its fault first, then the previous run's killers, then the cheapest), up to the
+   first failure; with the kill matrix a catalogue
    mutant runs every such test that checks a requirement, and then (only if none failed) the others
    up to the first failure.  Once it has failed a test, it skips a test whose requirements are all
    cells of its fault's row already and whose attention path already killed the fault (``Known``:
@@ -40,6 +39,7 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -392,8 +392,11 @@ class Engine:
         old_coverage = history.coverage(previous["tests"]) if previous else {}
         mutants: dict[str, dict] = {}
         jobs: list[Job] = []
-        # function -> tests that killed one of its mutants (in the previous run too): tried first
-        killers = history.previous_killers(previous, coverage)
+        # the previous run's killers (its results in the reports' folder, reused or not), tried first:
+        # each mutant's own, then those of its function's mutants
+        before = previous or history.load(plan.get("history"))
+        killers = history.previous_killers(before, coverage)
+        own = history.own_killers(before)
         entries = {
             name: dict(info, matrix=plan["matrix"] and info["fault"] is not None)
             for name, info in state["mutants"].items()
@@ -434,7 +437,8 @@ class Engine:
         self.progress.total = len(mutants)
         position = {test: index for index, test in enumerate(order)}
         for job in jobs:
-            job.tests = in_fixed_order(job, tests, position, killers.get(entries[job.name]["function"], []))
+            tried = [*own.get(job.name, []), *killers.get(entries[job.name]["function"], [])]
+            job.tests = in_fixed_order(job, tests, position, tried)
         self.run_jobs(jobs, mutants, tests)
         selection = selection_counts(jobs, mutants, tests)
         return {
@@ -562,26 +566,39 @@ class Engine:
 FAULT_ID = re.compile(r"(?<![A-Za-z0-9])(F[0-9]+)(?![0-9])")
 
 
-def in_fixed_order(
-    job: Job, tests: dict[str, dict], position: dict[str, int], killed: list[str]
-) -> list[str]:
-    """A mutant's tests in the order its child runs them, the same on every run of the same suite
-    (so the test that kills it, the first failing one, is too): first the tests meant for its fault
-    (a test named after it, ``test_F7_...``, then those checking a requirement the fault breaks),
-    then the tests that killed a mutant of its function in the previous run (``killed``; with
-    ``--incremental``), then the rest; each group in the suite's own order.  Durations, which vary
-    from run to run, and the order in which this run's children finish take no part."""
+def in_fixed_order(job: Job, tests: dict[str, dict], position: dict[str, int], tried: list[str]) -> list[str]:
+    """A mutant's tests in the order its child runs them, up to the first failure (its killer): the
+    tests meant for its fault (named after it, ``test_F7_...``, then those checking a requirement the
+    fault breaks), then ``tried`` (the previous run's killers: the mutant's own, then its function's),
+    then the cheapest first, each group in the suite's order within a cost class (the clean run's
+    duration in classes of 2x; under 20 ms one class).  Nothing depends on which child finished first:
+    this run's killers change no order.  Run again over the same reports (the previous results are
+    read, ``--incremental`` or not), a mutant's killer is tried first and stays its killer."""
     from .faults import FAULTS_BY_ID
 
     fault = FAULTS_BY_ID.get(job.catalogue or "")
     breaks = set(fault.kills) if fault is not None else set()
+    rank = {test: index for index, test in reversed(list(enumerate(tried)))}
 
     def key(test: str) -> tuple:
         named = fault is not None and fault.id in FAULT_ID.findall(test.rpartition("::")[2])
         checks = bool(breaks & set(tests[test].get("requirements", ())))
-        return (not named, not checks, test not in killed, position.get(test, len(position)), test)
+        return (
+            not named,
+            not checks,
+            rank.get(test, len(tried)),
+            cost_class(tests[test]["duration"]),
+            position.get(test, len(position)),
+            test,
+        )
 
     return sorted(job.tests, key=key)
+
+
+def cost_class(seconds: float) -> int:
+    """A test's cost class: 0 under 20 ms, then one class per doubling (durations vary from run to run
+    by far less than 2x, so that tests of different classes keep their order)."""
+    return 0 if seconds < 0.02 else 1 + int(math.log2(seconds / 0.02))
 
 
 def selection_counts(jobs: list[Job], mutants: dict[str, dict], tests: dict[str, dict]) -> dict:

@@ -267,6 +267,15 @@ def previous_killers(previous: dict | None, coverage: dict[str, list[str]]) -> d
     return killers
 
 
+def own_killers(previous: dict | None) -> dict[str, list[str]]:
+    """mutant -> the test that killed it in the previous run (its first failing test)."""
+    return {
+        name: [entry["failures"][0][0]]
+        for name, entry in (previous or {}).get("mutants", {}).items()
+        if entry.get("failures")
+    }
+
+
 def reusable(
     name: str, entry: dict, state: dict, previous: dict | None, old_coverage: dict[str, list[str]]
 ) -> dict | None:
