@@ -55,10 +55,12 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def open_page(chromium: str, url: str, screenshot: Path) -> str:
-    """The page's DOM once rendered, and its screenshot."""
+def open_page(chromium: str, url: str, screenshot: Path, size: str = "1280,1000", wait_ms: int = 0) -> str:
+    """The page's DOM once rendered (after ``wait_ms`` of virtual time, where given), and its screenshot
+    of the window ``size`` (also what tests/mutation/test_report_browser.py opens index.html with)."""
     with tempfile.TemporaryDirectory(prefix="attnspec-chromium-") as profile:
-        common = [chromium, *FLAGS, f"--user-data-dir={profile}", "--window-size=1280,1000"]
+        common = [chromium, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size}"]
+        common += [f"--virtual-time-budget={wait_ms}"] if wait_ms else []
         shot = [*common, f"--screenshot={screenshot}", url]
         subprocess.run(shot, capture_output=True, timeout=120, check=True)
         dump = [*common, "--dump-dom", url]

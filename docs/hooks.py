@@ -93,7 +93,8 @@ def faults() -> str:
             lines.append(f"On a line marked `# attnspec: site {fault.id}`, also: {'; '.join(generic)}.")
         else:
             lines.append(
-                f"A line marked `# attnspec: site {fault.id}` is reported, not mutated: no generic edit."
+                f"No generic edit: a line marked `# attnspec: site {fault.id}` stops the campaign before it "
+                "runs (no annotation can place the fault; a test of your own guards it)."
             )
         if fault.id in diffs:
             lines += ["", "An example, in impl/:", "", "```diff", diffs[fault.id], "```"]

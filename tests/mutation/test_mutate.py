@@ -126,16 +126,53 @@ def test_with_its_targets_every_survivor_gets_the_test_that_kills_it_and_with_th
     named = dict(re.findall(r"^  (F\d+)\s+(test_F\d+_\w+) kills it: [A-Z]+-\d+ ", section, re.M))
     assert len(survived) >= 15 and set(named) == set(survived), section
     assert "the kit sees it through" not in section  # no survivor without its test
-    assert "written to attnspec-mutation/test_suggested.py" in section
-    suggested = (project / "attnspec-mutation" / "test_suggested.py").read_text()
+    file = "test_attnspec_suggested_attention.py"  # named after the module graded
+    assert f"written to attnspec-mutation/{file}: copy it among your tests" in section
+    suggested = (project / "attnspec-mutation" / file).read_text()
     for fault, test in named.items():
         assert f'\ndef {test}():\n    """{fault}, ' in suggested
     assert suggested.count("attnspec.check(") >= len(named)
-    shutil.copy(project / "attnspec-mutation" / "test_suggested.py", project / "tests")
-    after = mutate(project, tmp_path, "attention.py", *TARGETS, *shapes, "tests/test_suggested.py")
+    # the project's README's copy step, followed literally; then a bare pytest passes and leaves nothing
+    # of ours behind: the copy in the reports' folder is not collected (same-named test modules in two
+    # folders would stop the collection), the kit's Hypothesis files go to a temporary folder
+    (copy,) = re.findall(r"^\s*cp (\S+) (\S+)", (PROJECT / "README.md").read_text(), re.M)
+    assert copy == (f"attnspec-mutation/{file}", "tests/"), copy
+    shutil.copy(project / copy[0], project / copy[1])
+    files = set(tree_digest(project))
+    bare = bare_pytest(project, tmp_path / "bare")
+    assert bare.returncode == 0 and " passed" in bare.stdout, bare.stdout[-3000:] + bare.stderr[-3000:]
+    # tree_digest leaves bytecode out, and here .pytest_cache: what pytest and Python write are theirs
+    assert sorted(set(tree_digest(project, but=".pytest_cache")) - files) == []
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(".")) == [
+        ".gitignore",
+        ".pytest_cache",
+    ]
+    # a project whose pytest searches from its root (no testpaths) collects the copy in tests/ alone
+    (project / "pytest.ini").write_text("[pytest]\n")
+    found = bare_pytest(project, tmp_path / "bare", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert found.returncode == 0, found.stdout[-3000:] + found.stderr[-3000:]
+    assert f"tests/{file}::" in found.stdout and "attnspec-mutation" not in found.stdout, found.stdout
+    (project / "pytest.ini").write_text((PROJECT / "pytest.ini").read_text())
+    after = mutate(project, tmp_path, "attention.py", *TARGETS, *shapes, f"tests/{file}")
     assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
     assert "gate: passed" in after.stdout and "the test that kills each survivor" not in after.stdout
     assert left_in(tmp_path) == ["project"]  # the kit's campaigns removed their workspaces too
+
+
+def bare_pytest(project: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    """`pytest ARGS` as a user types it in the project's folder: a new interpreter, bytecode written;
+    ``tmp``, its temporary folder, is removed after it (pytest's own folders aside, empty)."""
+    script = Path(sys.executable).with_name("pytest")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "pytest"]
+    env = environment(tmp)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    tmp.mkdir()
+    done = subprocess.run(
+        [*command, *args], cwd=project, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert [p for p in left_in(tmp) if not p.startswith("pytest-of-")] == [], left_in(tmp)
+    shutil.rmtree(tmp)
+    return done
 
 
 def test_a_target_that_cannot_be_found_stops_the_campaign_before_it_runs(tmp_path):

@@ -183,7 +183,7 @@ def test_suggesting_tests_writes_no_hypothesis_folder_nor_bytecode_into_the_proj
     command = [sys.executable, "-m", "attnspec", "mutate", "-j", "2", *SUGGESTING]
     done = run_module(command, project, users_environment(tmp_path))
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (tmp_path / "out" / "test_suggested.py").exists(), done.stdout[-3000:]
+    assert (tmp_path / "out" / "test_attnspec_suggested_model_attn.py").exists(), done.stdout[-3000:]
     assert written_by_python(project) == []
     assert sorted(p.name for p in project.iterdir()) == ["model", "test_shapes.py"]
 

@@ -2,8 +2,9 @@
 
 On a copy of examples/user_project, whose attnspec_target.py declares its targets: a property that
 holds passes, the same property on a copy with a fault fails with the requirement it breaks, a
-property that cannot run (not found, skipped for a capability) fails rather than passing, and the
-user's own settings (Hypothesis profile, environment, torch threads) are as they were afterwards.
+property that cannot run (not found, skipped for a capability) fails rather than passing, the
+user's own settings (Hypothesis profile, environment, torch threads) are as they were afterwards, and
+no .hypothesis/ folder is left in the project.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def test_properties_that_hold_pass_and_those_that_cannot_run_fail(project, tmp_p
     assert "NotChecked: test_modules.py::test_each_output_depends" in said
     assert "declares no schedule of its layers" in said
     assert "NotChecked: 'test_attention.py::test_no_such_property': test_attention.py has no property" in said
+    # nothing of the kit's left in the project: Hypothesis's files of its run go to a temporary folder
+    assert [p.name for p in project.rglob(".hypothesis")] == []
 
 
 def test_a_fault_fails_the_property_that_kills_it_with_its_requirement(project, tmp_path):

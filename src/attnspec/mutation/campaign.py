@@ -50,6 +50,7 @@ from . import history, suggest
 from .engine import CLEAN_TIMEOUT_S
 from .errors import CampaignError, Interrupted
 from .faults import FAULTS, source_digest
+from .generators import annotated
 from .generators.evidence import evidence
 from .generators.sites import SiteMutant, changed_since, function_spans, mutants_in
 from .reports.annotations import annotations
@@ -100,6 +101,7 @@ class Settings:
     clean_timeout_s: float = CLEAN_TIMEOUT_S  # a test of the clean run running longer stops the campaign
     suggest_targets: tuple[str, ...] = ()  # --impl beside a test command: the targets suggest.py runs
     kill_matrix: bool = True  # the kit's campaign fills the kill matrix (else: each mutant's first killer)
+    require_graded: bool = False  # --strict: a fault present in the code but not graded fails the gate
 
     @property
     def strict(self) -> bool:
@@ -183,6 +185,35 @@ def findable(module: str) -> bool:
     return spec is not None
 
 
+def sources_named(names: list[str], cwd: Path) -> list[Source]:
+    """The SOURCE arguments as sources: a file, or a folder's Python files (its test modules,
+    conftest.py, hidden folders and virtual environments left out), each once, in the order named."""
+    files: list[str] = []
+    for name in names:
+        folder = cwd / name
+        if not folder.is_dir():
+            files.append(name)
+            continue
+        found = sorted(
+            path
+            for path in folder.rglob("*.py")
+            if not any(p.startswith(".") or p in SKIPPED_DIRS for p in path.relative_to(folder).parts[:-1])
+            and not is_test_module(path.name)
+        )
+        if not found:
+            raise CampaignError(f"{name}: a folder with no Python source to mutate")
+        files += [os.path.relpath(path, cwd) for path in found]
+    sources: dict[Path, Source] = {}
+    for file in files:
+        source = file_source(file, cwd)
+        sources.setdefault(source.file, source)
+    return list(sources.values())
+
+
+def is_test_module(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def file_source(file: str, cwd: Path) -> Source:
     """FILE as the module it is imported as: its dotted path from the first folder above it that
     is no package (no __init__.py), which is then put on the path."""
@@ -229,6 +260,10 @@ def plan_mutants(settings: Settings) -> tuple[list[SiteMutant], dict[str, dict],
                 raise CampaignError(str(error)) from None
             only = changed if only is None else only & changed
         made = mutants_in(text, source.module, source.shown, only)
+        refused = annotated.refusals(text, source.module, source.shown, only)
+        if refused:  # an annotation that grades nothing where the user pointed: before anything runs
+            more = f" (and {len(refused) - 1} more such annotations)" if len(refused) > 1 else ""
+            raise CampaignError(refused[0] + more)
         mutants += made
         lines = text.splitlines(keepends=True)
         rest = list(lines)
@@ -265,14 +300,16 @@ def support_texts(settings: Settings, mutated: set[Path]) -> list[str]:
             f"{p.relative_to(kit)}\n{p.read_text(encoding='utf-8')}" for p in files
         ]
     files = []
+    reports = Path(os.path.relpath(settings.out_dir, settings.cwd.resolve())).parts  # no support: --out
     for path in sorted(settings.cwd.rglob("*")):
         relative = path.relative_to(settings.cwd)
         if any(part.startswith(".") or part in SKIPPED_DIRS for part in relative.parts[:-1]):
             continue
+        if reports and reports[0] != ".." and relative.parts[: len(reports)] == reports:
+            continue
         if not path.is_file() or path.resolve() in mutated:
             continue
-        test_file = path.name.startswith("test_") or path.name.endswith("_test.py")
-        if (path.suffix == ".py" and not test_file) or path.name in CONFIG_FILES:
+        if (path.suffix == ".py" and not is_test_module(path.name)) or path.name in CONFIG_FILES:
             files.append(f"{relative.as_posix()}\n{path.read_text(encoding='utf-8', errors='replace')}")
     return [" ".join(settings.arguments), *files]
 
@@ -531,9 +568,10 @@ def report_files(
     }
     report = stryker_report(reported, texts, durations, config, performance, framework)
     (into / REPORT).write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    (into / "index.html").write_text(render(report), encoding="utf-8")
-    (into / RESULTS).write_text(json.dumps(results), encoding="utf-8")
     rows = fault_rows(reported, triage, settings.strict, present_faults(settings, texts, mutants))
+    page = render(report, rows, {m.name: m.diff for m in reported})
+    (into / "index.html").write_text(page, encoding="utf-8")
+    (into / RESULTS).write_text(json.dumps(results), encoding="utf-8")
     where = shown_path(out_dir / REPORT, settings.cwd)
     tests_run = f"{phases['tests_traced']} of {len(results['tests'])} tests run"
     mutants_run = f"{phases['mutants_run']} run, {phases['mutants_reused']} reused"
@@ -544,7 +582,7 @@ def report_files(
     if results.get("not_reused"):
         notes.append(f"nothing reused: {results['not_reused']}")
     text, failures = summary_text(
-        settings.title, reported, rows, triage, wall_s, where, settings.strict, notes
+        settings.title, reported, rows, triage, wall_s, where, settings.strict, notes, settings.require_graded
     )
     # the requirements whose properties ran for the target (not all skipped): the matrix expects those
     ran = [entry for entry in results["tests"].values() if not entry.get("skipped")]
@@ -554,8 +592,9 @@ def report_files(
         text += "\n\n" + write_matrix(cells, paths, out_dir, settings.cwd, requirements, into)
     if suggested:
         text += "\n" + "\n".join(suggested)
-    if suggested_test is not None:
-        (into / suggest.FILE).write_text(suggested_test, encoding="utf-8")
+    if suggested_test is not None:  # the tests, and the conftest.py that keeps pytest out of --out
+        for name, file_text in suggest.out_files(settings, suggested_test).items():
+            (into / name).write_text(file_text, encoding="utf-8")
     (into / "junit.xml").write_text(
         junit_xml(settings.title, reported, rows, triage, wall_s, settings.strict)
     )
@@ -705,7 +744,7 @@ def suggestions(
     texts: dict[str, str],
 ) -> tuple[list[str], str | None]:
     """The summary's lines on the tests that would kill the survivors (suggest.py), and with targets
-    the text of test_suggested.py (written with the reports), else None."""
+    the text of the suggested tests' module (written with the reports), else None."""
     if not settings.strict:
         return [], None
     left = suggest.survivors(mutants, results, triage)
@@ -726,8 +765,8 @@ def suggestions(
         [*(s.shown for s in settings.sources), *(f"--impl {t}" for t in settings.suggest_targets)]
     )
     test = suggest.module_text(found, f"{command} -- {settings.name}", where)
-    written = str(shown_path(settings.out_dir / suggest.FILE, settings.cwd))
-    return suggest.summary_lines(found, notes, written), test
+    written = str(shown_path(settings.out_dir / suggest.file_name(settings), settings.cwd))
+    return suggest.summary_lines(found, notes, written, suggest.no_conftest(settings)), test
 
 
 def run_engine(

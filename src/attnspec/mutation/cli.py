@@ -10,21 +10,28 @@ the tests instead (a built-in adapter brings its own SOURCE files).
 
 With `--impl module:OBJ` beside a test command (the object `attnspec check` takes; repeat --impl for
 more targets), your command still judges every mutant; then the kit's properties run against the target
-with each survivor swapped in, and the ones that kill it are written into test_suggested.py in --out,
-one test per fault, each calling `attnspec.check(TARGET, PROPERTY...)`.  Add that file to your tests
-and the same campaign kills those faults.
+with each survivor swapped in, and the ones that kill it are written into --out as
+test_attnspec_suggested_<module>.py, one test per fault, each calling `attnspec.check(TARGET,
+PROPERTY...)`.  Copy that file among your tests (`cp attnspec-mutation/test_attnspec_suggested_*.py
+tests/`) and the same campaign kills those faults; a bare pytest leaves the one in --out alone.
 
 Per fault: killed (by which test), survived (with the diff), no site, not exercised (no test runs
-the mutated lines; counted as surviving).  A survivor you know is equivalent is triaged in your
-source, on its line or the comment line above it:
+the mutated lines; counted as surviving), not recognised (the code has the feature, and no mutant
+was placed: not graded, and the summary's first line says so; --strict makes it fail the gate).
+`# attnspec: site F<n>` at the end of a line mutates it with the fault's generic edits; one for a
+fault that has none (the fault catalogue says which), or on a line none of them changes, stops the
+campaign before it runs.  A survivor you know is equivalent is triaged in your source, on its line
+or the comment line above it:
 
     scores = scores / math.sqrt(d)  # attnspec: equivalent F3 -- d is 1 in this module
 
 Reports in --out (default attnspec-mutation/): mutation-report.json (Stryker schema), index.html,
 junit.xml, annotations.txt (GitHub Actions; printed when GITHUB_ACTIONS is set), the summary.
 
-Exit codes: 0 every fault with a site killed (or triaged); 1 a fault survived; 2 the campaign could
-not run (the unmutated tests fail, nothing to mutate, bad arguments); 130 interrupted.
+Exit codes: 0 every fault with a site killed (or triaged); 1 a fault survived, or with --strict a
+fault present in the code was not graded; 2 the campaign could not run or grade (the unmutated tests
+fail, nothing to mutate, bad arguments, an annotation that cannot place its fault, no test runs a
+line of a source); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -52,7 +59,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
         usage="attnspec mutate [options] SOURCE... -- TEST COMMAND\n"
         "       attnspec mutate [options] --kit --impl module:OBJ [SOURCE...]",
     )
-    mutate.add_argument("sources", nargs="*", metavar="SOURCE", help="the Python files to mutate")
+    mutate.add_argument(
+        "sources",
+        nargs="*",
+        metavar="SOURCE",
+        help="the Python files to mutate, or folders of them (their test modules left out)",
+    )
     mutate.add_argument("--kit", action="store_true", help="the kit's properties are the tests (with --impl)")
     mutate.add_argument(
         "--impl",
@@ -60,7 +72,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
         default=[],
         metavar="TARGET",
         help="the target the kit's properties run against (module:OBJ or an adapter): with --kit, the "
-        "tests; beside a test command (repeatable), the source of test_suggested.py",
+        "tests; beside a test command (repeatable), the target of the suggested tests "
+        "(test_attnspec_suggested_<module>.py in --out)",
     )
     mutate.add_argument(
         "-k", dest="select", default="", help="with --kit: only the properties pytest -k selects"
@@ -94,6 +107,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     mutate.add_argument(
         "--github-annotations", action="store_true", help="print GitHub Actions annotations for the survivors"
+    )
+    mutate.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a fault present in the code was not graded (not recognised: no mutant placed), "
+        "even if every graded fault was killed",
     )
     mutate.add_argument("--list-faults", action="store_true", help="list the catalogue's faults and exit")
     mutate.add_argument("--keep-workspace", action="store_true", help=argparse.SUPPRESS)
@@ -136,7 +155,7 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         impl = args.impl[0]
         if args.sources:
             sys.path.insert(0, str(cwd))
-            sources = [campaign.file_source(s, cwd) for s in args.sources]
+            sources = campaign.sources_named(args.sources, cwd)
         else:
             sources = campaign.adapter_sources(impl)
         suite, arguments, name = "kit", [], impl
@@ -147,7 +166,7 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
             parser.error("give the test command after --, e.g. attnspec mutate attention.py -- pytest tests")
         if not args.sources:
             parser.error("name the SOURCE files to mutate")
-        sources = [campaign.file_source(s, cwd) for s in args.sources]
+        sources = campaign.sources_named(args.sources, cwd)
         for target in args.impl:
             campaign.check_target_name(target, cwd)
         found = pytest_arguments(command)
@@ -184,6 +203,7 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         cwd=cwd,
         github=args.github_annotations,
         clean_timeout_s=args.timeout,
+        require_graded=args.strict,
     )
 
 

@@ -16,8 +16,11 @@ The engine does the rest, the same way for every campaign:
 2. a check that mutants are live, where the generator has a mutant that breaks every function;
 3. one forked child per mutant, up to N at a time: it switches its mutant on and runs the tests
    that execute the mutant's lines (history.reaching), in the order ``in_fixed_order`` gives (the
-   tests meant for its fault first, then the previous run's killers, then the cheapest), up to the
-   first failure; with the kill matrix a catalogue
+   tests meant for its fault first, then the previous run's killers and those that killed the
+   mutants before it in its chain, then the cheapest), up to the first failure.  A function's
+   mutants are dealt into one chain per worker, run one after another: what a mutant learns from
+   the others comes from its own chain only, so that its killer does not depend on which child of
+   another chain finished first.  With the kill matrix a catalogue
    mutant runs every such test that checks a requirement, and then (only if none failed) the others
    up to the first failure.  Once it has failed a test, it skips a test whose requirements are all
    cells of its fault's row already and whose attention path already killed the fault (``Known``:
@@ -114,6 +117,11 @@ class Job:
     limit_s: float = 0.0
     known: Known | None = None  # the fault's row as its finished siblings left it
     catalogue: str | None = None  # the catalogue fault it injects, matrix or not: its diagnosis is graded
+    # the jobs of one chain run one after another: a fault's kill-matrix jobs, or a lane of a function's
+    # mutants (one lane per worker), each learning from those before it which tests kill ("": alone)
+    chain: tuple = ()
+    own: list[str] = field(default_factory=list)  # the test that killed it in the previous run
+    earlier: list[str] = field(default_factory=list)  # those that killed its function's mutants then
 
 
 @dataclass
@@ -435,11 +443,16 @@ class Engine:
             self.lazy_modules = import_quietly(self.lazy_modules)
             freeze_heap()
         self.progress.total = len(mutants)
-        position = {test: index for index, test in enumerate(order)}
+        lanes: dict[str, int] = {}  # function -> its mutants so far, dealt round the lanes
         for job in jobs:
-            tried = [*own.get(job.name, []), *killers.get(entries[job.name]["function"], [])]
-            job.tests = in_fixed_order(job, tests, position, tried)
-        self.run_jobs(jobs, mutants, tests)
+            function = entries[job.name]["function"]
+            if job.fault is not None:
+                job.chain = ("fault", job.fault)
+            else:
+                lanes[function] = lanes.get(function, 0) + 1
+                job.chain = (function, (lanes[function] - 1) % max(1, plan["workers"]))
+            job.own, job.earlier = own.get(job.name, []), killers.get(function, [])
+        self.run_jobs(jobs, mutants, tests, {test: index for index, test in enumerate(order)})
         selection = selection_counts(jobs, mutants, tests)
         return {
             "version": history.VERSION,
@@ -466,13 +479,23 @@ class Engine:
         jobs: list[Job],
         mutants: dict[str, dict],
         tests: dict[str, dict],
+        position: dict[str, int] | None = None,
     ) -> None:
-        """Fork one child per job, up to ``workers`` at a time, longest jobs (the matrix) first, a
-        fault's kill-matrix jobs one at a time (each with what its finished siblings found); each
-        runs its tests in the fixed order ``in_fixed_order`` gave them."""
+        """Fork one child per job, up to ``workers`` at a time, longest jobs (the matrix) first, then
+        the longest chains; the jobs of a chain one at a time: a fault's kill-matrix jobs, each with what
+        its finished siblings found, and a lane of a function's mutants, each trying first the tests
+        that killed those before it (``in_fixed_order``, with ``position``: the suite's order).  What a
+        job learns comes only from jobs before it in its own chain, never from whichever job of
+        another chain finished first: a mutant's tests, and so its killer, are the same on every run."""
         out_dir = Path(self.plan["workspace"]) / "outcomes"
         out_dir.mkdir(exist_ok=True)
-        queue = sorted(jobs, key=lambda job: (not job.matrix, -job.budget_s if job.matrix else 0.0))
+        chain_s: dict[tuple, float] = {}
+        for job in jobs:
+            chain_s[job.chain] = chain_s.get(job.chain, 0.0) + job.budget_s
+        queue = sorted(
+            jobs, key=lambda job: (not job.matrix, -job.budget_s if job.matrix else -chain_s[job.chain])
+        )
+        learned: dict[tuple, list[str]] = {}  # chain -> the tests that killed its finished jobs
         running: dict[int, Job] = {}
         counts = self.progress.counts = {}
         for entry in mutants.values():
@@ -493,13 +516,18 @@ class Engine:
             if job.fault is not None:
                 for failure in outcome["failures"]:
                     rows.setdefault(job.fault, Known()).add(failure)
+            killers = learned.setdefault(job.chain, [])
+            if job.chain and outcome["failures"] and outcome["failures"][0][0] not in killers:
+                killers.append(outcome["failures"][0][0])
             counts[status] = counts.get(status, 0) + 1
             self.progress.write()
 
         def next_job() -> Job | None:
-            busy = {job.fault for job in running.values()}
+            busy = {job.chain for job in running.values() if job.chain}
+            busy |= {("fault", job.fault) for job in running.values() if job.fault is not None}
             for index, job in enumerate(queue):
-                if job.fault is None or job.fault not in busy:
+                free = job.fault is None or ("fault", job.fault) not in busy
+                if free and (not job.chain or job.chain not in busy):
                     return queue.pop(index)
             return None
 
@@ -507,9 +535,12 @@ class Engine:
             while queue and len(running) < self.plan["workers"]:
                 job = next_job()
                 if job is None:
-                    break  # only siblings of the running kill-matrix jobs are left
+                    break  # only jobs of the running chains are left
                 if job.fault is not None:
                     job.known = rows.get(job.fault)  # the child runs on its own copy
+                if position is not None:
+                    tried = [*job.own, *learned.get(job.chain, []), *job.earlier]
+                    job.tests = in_fixed_order(job, tests, position, tried)
                 job.started = time.monotonic()
                 job.limit_s = max(min_timeout_s, TIMEOUT_FACTOR * job.budget_s)
                 pid = os.fork()

@@ -4,14 +4,23 @@ The user's command judges every mutant, as without ``--impl``.  Then the kit's p
 against each declared target with each surviving mutant swapped in (one more engine run per target,
 over the survivors only, each mutant up to its first failing property): a property that fails under
 the mutant and passed on the unmutated code kills it.  Those properties are written as tests into
-test_suggested.py in the reports' folder, one test per fault, named after it, each calling
-``attnspec.check(TARGET, PROPERTY...)`` (src/attnspec/runner/api.py); a survivor none kills is said so, with
-what the target would have to expose (the fault's ``reached_through``).  Without ``--impl`` the
-summary says, for each surviving fault, what declaration would let the kit see it.
+the reports' folder, one test per fault, named after it, each calling ``attnspec.check(TARGET,
+PROPERTY...)`` (src/attnspec/runner/api.py); a survivor none kills is said so, with what the target
+would have to expose (the fault's ``reached_through``).  Without ``--impl`` the summary says, for
+each surviving fault, what declaration would let the kit see it.
+
+The file is ``test_attnspec_suggested_<module>.py`` (:func:`file_name`), to be copied into the
+user's tests as it is: named after the modules graded, it is the same name every run (a copy made
+again replaces the last one), no project's own test module is likely to bear it, and the copies of
+two campaigns on different modules do not collide (pytest's default import mode refuses two test
+modules of one name in folders without ``__init__.py``).  Beside it goes a conftest.py that keeps
+pytest out of the reports' folder (:data:`CONFTEST`), so that a bare ``pytest`` in the project
+collects the copy in the tests and not this one too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +29,19 @@ from .errors import CampaignError
 from .faults import FAULTS, FAULTS_BY_ID
 from .generators.sites import SiteMutant
 
-FILE = "test_suggested.py"
+PREFIX = "test_attnspec_suggested_"  # the file's name: PREFIX + the modules graded + ".py"
+NAME_CHARS = 60  # of the modules' part of the name, beyond which it is cut and a digest added
+CONFTEST = "conftest.py"
+# what the reports' folder's conftest.py begins with: the campaign rewrites a conftest.py that does,
+# and leaves any other alone
+CONFTEST_MARK = '"""Written by attnspec mutate'
+CONFTEST_TEXT = f'''{CONFTEST_MARK} beside the tests it suggests: pytest collects none of them here, in the
+reports' folder, so that a bare `pytest` in the project runs only the copy you keep with your tests
+(two test modules of one name would stop its collection).  Run this one by naming it.
+"""
+
+collect_ignore_glob = ["{PREFIX}*.py"]
+'''
 UNDETECTED = ("Survived", "NoCoverage")
 STATEMENT_CHARS = 110  # of a requirement's statement in the summary
 
@@ -40,6 +61,39 @@ class Suggestion:
     def test(self) -> str:
         words = re.findall(r"[a-z0-9]+", FAULTS_BY_ID[self.fault].description.split("(")[0].lower())
         return f"test_{self.fault}_" + "_".join(words[:6])
+
+
+def file_name(settings) -> str:
+    """The suggested tests' file: test_attnspec_suggested_<the modules graded>.py, the same name for
+    the same campaign on every run (``settings``: a campaign's, its ``sources`` each with a ``module``)."""
+    modules = [re.sub(r"[^A-Za-z0-9_]+", "_", source.module).strip("_") for source in settings.sources]
+    part = "_".join(module for module in modules if module) or "code"
+    if len(part) > NAME_CHARS:  # many sources: cut, and told apart by a digest of them all
+        part = part[: NAME_CHARS - 9] + "_" + hashlib.sha256(part.encode()).hexdigest()[:8]
+    return f"{PREFIX}{part}.py"
+
+
+def no_conftest(settings) -> str:
+    """'' where the reports' folder takes the conftest.py that keeps pytest out of it, else why not:
+    a conftest.py of the user's is there (left alone), or the folder holds the project itself (a
+    conftest.py there would configure the user's whole test run)."""
+    out_dir = settings.out_dir
+    if Path(settings.cwd).resolve().is_relative_to(out_dir.resolve()):
+        return "the reports' folder holds the project"
+    existing = out_dir / CONFTEST
+    ours = existing.is_file() and existing.read_text("utf-8", errors="replace").startswith(CONFTEST_MARK)
+    if existing.exists() and not ours:
+        return f"the reports' folder has a {CONFTEST} of yours"
+    return ""
+
+
+def out_files(settings, test: str) -> dict[str, str]:
+    """The files written into the reports' folder: the suggested tests, and the conftest.py that keeps a
+    bare pytest from collecting them there too (unless :func:`no_conftest` says why not)."""
+    files = {file_name(settings): test}
+    if not no_conftest(settings):
+        files[CONFTEST] = CONFTEST_TEXT
+    return files
 
 
 def survivors(mutants: list[SiteMutant], results: dict, triage: dict) -> list[SiteMutant]:
@@ -128,7 +182,8 @@ def statement(requirement: str, width: int | None = None) -> str:
 
 
 def module_text(suggestions: list[Suggestion], command: str, where: dict[str, str]) -> str:
-    """test_suggested.py: one test per fault some property kills.  ``where``: mutant -> file:line."""
+    """The suggested tests' module (:func:`file_name`): one test per fault some property kills.
+    ``where``: mutant -> file:line."""
     out = [
         '"""Tests for the faults your tests let survive, written by attnspec mutate:',
         "",
@@ -163,7 +218,11 @@ def module_text(suggestions: list[Suggestion], command: str, where: dict[str, st
     return "\n".join(out) + "\n"
 
 
-def summary_lines(suggestions: list[Suggestion], notes: list[str], written: str | None) -> list[str]:
+def summary_lines(
+    suggestions: list[Suggestion], notes: list[str], written: str | None, no_conftest: str = ""
+) -> list[str]:
+    """The summary's section on the survivors' tests; ``written``: the file they are in, as shown, and
+    ``no_conftest``: why a bare pytest in the project would collect that file too (:func:`no_conftest`)."""
     out = ["", "the test that kills each survivor:"] + [f"  {note}" for note in notes]
     for suggestion in suggestions:
         fault = FAULTS_BY_ID[suggestion.fault]
@@ -179,8 +238,17 @@ def summary_lines(suggestions: list[Suggestion], notes: list[str], written: str 
                 else "the target runs it, and no property the target can run detects it"
             )
             out.append(f"  {fault.id:<4} {some}{how}: the kit sees it through {fault.reached_through}")
-    if written:
-        out.append(f"written to {written}: add it to your tests, and this campaign kills those faults")
+    if written and no_conftest:
+        out.append(
+            f"written to {written}: move it among your tests, as it is (`mv {written} tests/`), and this "
+            f"campaign kills those faults; move, not copy: {no_conftest}, so a bare pytest would collect "
+            "a copy left there too"
+        )
+    elif written:
+        out.append(
+            f"written to {written}: copy it among your tests, as it is (`cp {written} tests/`), and this "
+            "campaign kills those faults (a bare pytest leaves the one in the reports' folder alone)"
+        )
     return out
 
 

@@ -15,7 +15,7 @@ fails) with the kit's summary of each failure; a property that cannot run on the
 a capability it lacks, not found, a target that cannot be loaded) raises `NotChecked`, so that a test
 written with it never passes without having checked anything.
 
-This is what the tests `attnspec mutate --impl` writes into test_suggested.py call.  It runs the
+This is what the tests `attnspec mutate --impl` writes (test_attnspec_suggested_*.py) call.  It runs the
 properties in your process, without the worker processes of `attnspec check`: a target that crashes
 the interpreter takes the test run with it.
 """
@@ -102,10 +102,11 @@ def check(target: str, *properties: str, device: str = "cpu") -> None:
     PropertyFailed when one fails, NotChecked when one could not run."""
     import pytest
     import torch
+    from hypothesis import configuration
 
     import attnspec.kit.properties as kit
     from attnspec.protocol import targets
-    from attnspec.runner.pytest_plugin import DATABASE_ENV
+    from attnspec.runner.pytest_plugin import DATABASE_ENV, HYPOTHESIS_HOME
 
     if not properties:
         raise NotChecked("name the properties to run, e.g. 'test_attention.py::test_rows_sum_to_one'")
@@ -114,8 +115,12 @@ def check(target: str, *properties: str, device: str = "cpu") -> None:
     _forget_test_modules(folder)
     outcome = _Outcome()
     environment, path, threads = dict(os.environ), list(sys.path), torch.get_num_threads()
+    # Hypothesis's own files of the kit's run (its cache of the constants in the code it imports) go to
+    # the run's temporary folder, not .hypothesis/ in your project; yours where yours go
+    yours = vars(configuration).get(HYPOTHESIS_HOME)
     try:
         with tempfile.TemporaryDirectory(prefix="attnspec-check-") as home:
+            configuration.set_hypothesis_home_dir(Path(home) / "hypothesis")
             sys.path.insert(0, os.getcwd())
             os.environ.update({targets.ENV: target, DATABASE_ENV: ""})
             arguments = [*ids, f"--impl={target}", f"--device={device}", "-c", os.devnull]
@@ -123,6 +128,7 @@ def check(target: str, *properties: str, device: str = "cpu") -> None:
             arguments += ["-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", "-rN"]
             code = pytest.main(arguments, plugins=[outcome])
     finally:
+        configuration.set_hypothesis_home_dir(yours)
         os.environ.clear()
         os.environ.update(environment)
         sys.path[:] = path

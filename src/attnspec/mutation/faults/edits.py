@@ -4,8 +4,8 @@ line for the fault it names, where the catalogue's operators do not recognise th
 module lists its own (``generic=``).
 
 The other faults (F6, F8, F9, F11, F15, F20, F21, F25) change more than one line, or a line in a way
-no structural edit describes: their annotation still counts as the fault's feature being present, so
-a campaign reports it ``not recognised`` at that line rather than ``no site``.
+no structural edit describes: no annotation can place them, and a campaign refuses one before it
+runs (generators/annotated.py), as it does an annotation on a line none of the fault's edits changes.
 """
 
 from __future__ import annotations

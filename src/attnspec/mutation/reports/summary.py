@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..faults import FAULTS, FAULTS_BY_ID
+from ..faults import FAULTS, FAULTS_BY_ID, GENERIC
 from ..triage import untriaged
 from .stryker import ANOTHER_SHARD, UNDETECTED, Mutant
 
@@ -178,9 +178,13 @@ def summary_text(
     report: Path,
     strict: bool = False,
     notes: tuple[str, ...] = (),
+    require_graded: bool = False,
 ) -> tuple[str, list[str]]:
     """The summary of a catalogue campaign (``title``: its first words) and its gate's failures.
-    Killers are named by requirement when the tests check requirements (the kit), else by test."""
+    Killers are named by requirement when the tests check requirements (the kit), else by test.
+    ``require_graded`` (``attnspec mutate --strict``): a fault present in the code but not graded
+    (not recognised) fails the gate too; without it the summary's first line says so, and the gate
+    judges what was graded."""
     killed = sum(m.status == "Killed" for m in mutants)
     survived = sum(m.status == "Survived" for m in mutants)
     not_run = sum(m.status == "NoCoverage" for m in mutants)
@@ -191,12 +195,7 @@ def summary_text(
     ]
     out = []
     if unrecognised:  # what the score below cannot see comes first
-        out += [
-            f"graded {len(graded)} of the {len(graded) + len(unrecognised)} faults whose feature the code "
-            f"has: {', '.join(unrecognised)} present but not recognised (below, each with its line: mark "
-            "the line `# attnspec: site F<n>` or report the idiom)",
-            "",
-        ]
+        out += not_graded_lines(unrecognised, len(graded), require_graded) + [""]
     out += [
         f"{title}, {len(mutants)} catalogue mutants in {wall_s:.0f} s",
         f"killed {killed}   survived {survived}   not exercised {not_run}   "
@@ -217,7 +216,9 @@ def summary_text(
                 killers = sorted({m.killed_by[0] for m in own if m.killed_by})
             detail += f", {row['killed']} killed by {', '.join(killers)}"
         if row["status"] == "not recognised":
-            detail = f"present at {row['present']}, no mutant placed"
+            detail = f"present at {row['present']}, no mutant placed: {unplaceable_advice(fault.id)}"
+            if require_graded:
+                failures.append(f"{fault.id} present, not graded")
         out.append(f"  {fault.id:<4} {row['status']:<14} {fault.description}  [{detail}]")
         for mutant in own:
             where = f"{mutant.path}:{mutant.start[0]}"
@@ -259,6 +260,54 @@ def summary_text(
     out += ["", f"report: {report}"]
     out.append("gate: " + ("passed" if not failures else "FAILED: " + "; ".join(failures)))
     return "\n".join(out), failures
+
+
+def unplaceable_advice(fault_id: str) -> str:
+    """What to do about a fault present in the code but not recognised: where it has generic edits, an
+    annotation places them; where it has none, no annotation can (the campaign refuses one), and no
+    triage comment applies either (one accepts a surviving mutant, and there is none): a test."""
+    if fault_id in GENERIC:
+        return f"end that line with `# attnspec: site {fault_id}` and the campaign grades it"
+    return f"no annotation can place it (the fault has no generic edit): {by_hand(fault_id)}"
+
+
+def by_hand(fault_id: str) -> str:
+    """How to guard a fault no mutant can be placed for: a test, and what the kit checks it by."""
+    kills = ", ".join(FAULTS_BY_ID[fault_id].kills)
+    return (
+        f"guard {fault_id} with a test of your own: the kit checks it as {kills} (`attnspec specs -v` "
+        'names the properties; `attnspec.check(TARGET, "test_FILE.py::test_NAME")` runs one in a test)'
+    )
+
+
+def not_graded_lines(unrecognised: list[str], graded: int, require_graded: bool) -> list[str]:
+    """The summary's first lines where faults present in the code were not graded: how many and which,
+    then what to do about each kind."""
+    count = len(unrecognised)
+    faults = "fault present in the code was" if count == 1 else "faults present in the code were"
+    gate = (
+        "these fail the gate (--strict)"
+        if require_graded
+        else "the gate judges the graded ones (with --strict, these fail it)"
+    )
+    out = [
+        f"NOT GRADED: {count} {faults} not graded ({', '.join(unrecognised)}): see below",
+        f"  graded {graded} of the {graded + count} faults whose feature the code has; {gate}",
+    ]
+    placeable = [f for f in unrecognised if f in GENERIC]
+    unplaceable = [f for f in unrecognised if f not in GENERIC]
+    if placeable:
+        out.append(
+            f"  {', '.join(placeable)}: end the line shown below with `# attnspec: site F<n>` and the "
+            "campaign grades it, or report the idiom"
+        )
+    if unplaceable:
+        out.append(
+            f"  {', '.join(unplaceable)}: no annotation can place {'it' if len(unplaceable) == 1 else 'them'}"
+            " (no generic edit): guard each with a test of your own (below, what the kit checks it by), "
+            "and report the idiom"
+        )
+    return out
 
 
 def requirement_order(rid: str) -> tuple[str, int]:
