@@ -170,3 +170,40 @@ def test_incremental_reruns_exactly_the_changed_function_and_the_changed_tests(t
     # the clean run re-ran the changed test and the tests that call the changed function, no other
     assert set(incremental["tests"]) == set(again["tests"])
     assert incremental["phases"]["tests_traced"] == 2
+
+
+def test_a_killed_mutant_is_reused_when_other_tests_start_covering_its_function_and_a_survivor_is_not():
+    # Re-tracing some of a module's tests moves its fixture's calls (say, to a constructor) to another
+    # of its tests: the function's covering tests change with no test changed.  A mutant killed by an
+    # unchanged test that still covers it is killed again; a survivor may meet a test that kills it.
+    from attnspec.mutation.history import unchanged
+
+    tests = {"t::a": {"fingerprint": "1"}, "t::b": {"fingerprint": "2"}, "t::c": {"fingerprint": "3"}}
+    state = {"functions": {"m.f": "f0"}, "tests": {t: e["fingerprint"] for t, e in tests.items()}}
+    previous = {"functions": {"m.f": "f0"}, "tests": tests}
+    same = {"function": "m.f", "code": "c", "operator": "o", "operator_version": "v"}
+    entry = dict(same, matrix=False, covering=["t::a", "t::b", "t::c"])  # t::c covers it now
+    old_coverage = {"m.f": ["t::a", "t::b"]}
+    killed = dict(same, status="Killed", failures=[["t::a", [], 0.1, ""]])
+    survived = dict(same, status="Survived", failures=[])
+    assert unchanged(entry, killed, state, previous, old_coverage)
+    assert not unchanged(entry, survived, state, previous, old_coverage)
+    assert not unchanged(entry, dict(killed, matrix=True), state, previous, old_coverage)  # a row
+    changed = dict(state, tests=dict(state["tests"], **{"t::a": "9"}))
+    assert not unchanged(entry, killed, changed, previous, old_coverage)  # its killer changed
+    assert unchanged(dict(entry, covering=["t::a", "t::b"]), survived, state, previous, old_coverage)
+
+
+def test_a_docstring_comment_or_layout_change_is_no_change_of_the_functions_code():
+    # An incremental campaign re-runs a function's mutants when its code changed: a changed docstring
+    # re-ran all 217 of explicit_attention's mutants (three survivors among them running every test).
+    from attnspec.mutation.history import code_digest
+
+    function = 'def f(x):\n    """Doc."""\n    # a comment\n    return x + 1\n'
+    assert code_digest(function) == code_digest(
+        'def f(x):\n    """Doc,\n    changed."""\n    return (x + 1)\n'
+    )
+    assert code_digest(function) != code_digest(function.replace("x + 1", "x + 2"))
+    assert code_digest(function) != code_digest(function.replace("def f(x)", "def f(x, y=1)"))
+    only = 'def f(x):\n    """Only a docstring."""\n'
+    assert code_digest(only) != code_digest(only.replace("Only", "Just"))  # then it is the body

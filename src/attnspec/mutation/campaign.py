@@ -277,7 +277,7 @@ def plan_mutants(settings: Settings) -> tuple[list[SiteMutant], dict[str, dict],
                     "first": first,
                     "last": last,
                     "body": body,
-                    "digest": history.digest(function_text),
+                    "digest": history.code_digest(function_text),
                 }
         context.append(f"{source.module}\n{''.join(rest)}")
     return mutants, functions, history.digest(*context), texts

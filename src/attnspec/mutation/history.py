@@ -9,9 +9,11 @@ and per mutant its function, code, site lines, operator and the operator's versi
 A mutant's previous result is reused when all of these are unchanged (StrykerJS's rule):
 - the source of the function it mutates, and its own code (so the operator made the same change);
 - its operator: the catalogue's source for a catalogue fault, mutmut's version for mutmut's own;
-- the tests that cover it (the same node ids), each with the same fingerprint: its module's source,
-  the test modules it imports, and the suite's support code (every other file of the suite, the
-  pytest configuration);
+- for a mutant killed up to its first failure, its killing test, still covering it and with the same
+  fingerprint (its module's source, the test modules it imports, and the suite's support code:
+  every other file of the suite, the pytest configuration); for any other (a survivor, a mutant no
+  test ran, a kill-matrix row), the tests that cover it: the same node ids, each with the same
+  fingerprint;
 - the matrix: a mutant graded up to its first failure has no kill-matrix row to give.
 Only Killed, Survived and NoCoverage are reused; a Timeout or an error is run again.  Anything that
 changes every result (the versions of Python and the packages, the mutated files' module-level
@@ -50,6 +52,24 @@ def digest(*texts: str) -> str:
         sha.update(text.encode("utf-8"))
         sha.update(b"\0")
     return sha.hexdigest()[:20]
+
+
+def code_digest(function_text: str) -> str:
+    """The digest of a function's code: its syntax tree without its docstring, so that a change to
+    its docstring, its comments or its layout changes no digest (and re-runs no mutant); its text's
+    digest when it does not parse on its own."""
+    try:
+        tree = ast.parse(textwrap.dedent(function_text))
+    except SyntaxError:
+        return digest(function_text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str) and len(body) > 1:
+                    node.body = body[1:]
+    return digest(ast.dump(tree))
 
 
 def shard_of(name: str, count: int) -> int:
@@ -298,15 +318,23 @@ def unchanged(
         return False
     if any(old.get(key) != entry[key] for key in ("function", "code", "operator", "operator_version")):
         return False
-    if old_coverage.get(old["function"], []) != entry["covering"]:
-        return False
     if state["functions"].get(entry["function"]) != previous["functions"].get(entry["function"]):
         return False
     if entry["matrix"] and not old.get("matrix"):
         return False
-    if not {failure[0] for failure in old.get("failures", [])} <= set(entry["covering"]):
+    killers = {failure[0] for failure in old.get("failures", [])}
+    if not killers <= set(entry["covering"]):
         return False  # a killing test that no longer covers it
+    # A mutant killed up to its first failure is killed again by its unchanged killing test: another
+    # test's coverage of its function changes nothing (the calls a module's fixture makes go to
+    # whichever of the module's tests runs first, so re-tracing some of them moves a constructor's
+    # covering tests with no test changed).  A survivor, a mutant no test ran and a kill-matrix row
+    # need the same covering tests: one that covers it now may kill it, or add to the row.
+    if old.get("status") == "Killed" and not old.get("matrix"):
+        needed = killers
+    elif old_coverage.get(old["function"], []) != entry["covering"]:
+        return False
+    else:
+        needed = set(entry["covering"])
     fingerprints = state["tests"]
-    return all(
-        previous["tests"].get(t, {}).get("fingerprint") == fingerprints.get(t) for t in entry["covering"]
-    )
+    return all(previous["tests"].get(t, {}).get("fingerprint") == fingerprints.get(t) for t in needed)

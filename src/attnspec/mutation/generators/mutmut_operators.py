@@ -46,8 +46,8 @@ from mutmut.utils.file_utils import walk_mutatable_files
 from mutmut.utils.format_utils import get_mutant_name, orig_function_and_class_names_from_key
 
 from .. import faults as catalogue_module
+from ..history import code_digest, digest, environment, site_lines, test_fingerprints
 from ..history import coverage as tests_by_function
-from ..history import digest, environment, site_lines, test_fingerprints
 from ..reports.stryker import Mutant, changed_span, fill_result, line_column, offset_of
 
 
@@ -270,7 +270,7 @@ def campaign_state(workspace: Path, test_paths: dict[str, Path]) -> dict:
             plain = orig_function_and_class_names_from_key(name)[0]
             text = function_text(lines, generated_at, orig_name, plain)
             if function not in functions:
-                functions[function] = digest(text)
+                functions[function] = code_digest(text)
                 spans[function] = [str(mutated), *generated_at[orig_name]]
                 rest = rest.replace(text, f"<{function}>\n", 1)
             operator = tags.get(name, {}).get("operator", "?")
@@ -278,7 +278,7 @@ def campaign_state(workspace: Path, test_paths: dict[str, Path]) -> dict:
             code = function_text(lines, generated_at, generated, plain)
             mutants[name] = {
                 "function": function,
-                "code": digest(code),
+                "code": code_digest(code),
                 "site": site_lines(text, code),
                 "operator": operator,
                 "operator_version": catalogue_module.source_digest() if fault else mutmut_version,
