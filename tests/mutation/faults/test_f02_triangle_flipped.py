@@ -24,6 +24,13 @@ from tests.fixtures.mutation import body, changed, mutate
         ("return key <= position", "F2", {"return key >= position"}),
         ("m = torch.tril(torch.ones(8, 8))", "F2", {"m = torch.triu(torch.ones(8, 8))"}),
         ("m = torch.triu(full, diagonal=1)", "F2", {"m = torch.tril(full, diagonal=-1)"}),
+        # a comparison written as a call (Keras' causal mask from cumsum'd row and column indices)
+        (
+            "return ops.greater_equal(row_index, col_index)",
+            "F2",
+            {"return ops.less_equal(row_index, col_index)"},
+        ),
+        ("m = torch.le(kv_idx, q_idx)", "F2", {"m = torch.ge(kv_idx, q_idx)"}),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):
@@ -35,6 +42,9 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
     [
         ("return q.shape[2] < k.shape[2]", "F2"),  # sizes, not positions
         ("return a <= b", "F2"),
+        ("return ops.greater_equal(x, threshold)", "F2"),  # no positions
+        ("return ops.less(q.shape[1], k.shape[1])", "F2"),  # sizes
+        ("if num_query_heads > num_kv_heads and num_kv_heads > 1:\n        pass", "F2"),  # head counts
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

@@ -32,6 +32,8 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
     ("code", "fault"),
     [
         ("y = x * self.scale_out", "F3"),  # not a softmax scale name
+        # a rotary term's scale is xPos's (local-attention's apply_rotary_pos_emb), not the softmax's
+        ("q = (q * freqs.cos() * scale) + (rotate_half(q) * freqs.sin() * scale)", "F3"),
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

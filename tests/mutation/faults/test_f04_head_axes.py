@@ -25,6 +25,20 @@ from tests.fixtures.mutation import changed
             {"k = k.view(self.num_key_value_heads, -1, self.head_dim)"},
         ),
         ("o = o.permute(0, 2, 1, 3)", "F4", {"o = o"}),
+        # einops: the heads' axis and the tokens' axis exchanged where the heads stand alone
+        (
+            "q = rearrange(t, 'b n (h d) -> b h n d', h=self.heads)",
+            "F4",
+            {"q = rearrange(t, 'b n (h d) -> b n h d', h=self.heads)"},
+        ),
+        ("o = rearrange(o, 'b h n d -> b n (h d)')", "F4", {"o = rearrange(o, 'b n h d -> b n (h d)')"}),
+        (
+            'q = einops.rearrange(x, "b t (nh hd) -> b nh t hd", nh=4)',
+            "F4",
+            {'q = einops.rearrange(x, "b t (nh hd) -> b t nh hd", nh=4)'},
+        ),
+        ("b = rearrange(t, 'b (w n) d -> b w n d', w=windows)", "F4", set()),  # windows, no heads
+        ("g = rearrange(gates, 'b n h -> b h n 1')", "F4", set()),  # no head split or merge
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

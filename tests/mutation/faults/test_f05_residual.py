@@ -14,6 +14,12 @@ from tests.fixtures.mutation import body, changed, mutate
     [
         ("h = residual + h", "F5", {"h = h"}),
         ("t = x + t", "F5", {"t = t"}),
+        # litgpt: the residual added last in the returned sum
+        (
+            "return self.mlp(x_normed) + x",
+            "F5",
+            {"return self.mlp(x_normed)", "return self.mlp(x_normed) + self.norm(x)"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):
@@ -24,6 +30,7 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
     ("code", "fault"),
     [
         ("h = x + x", "F5"),
+        ("return self.proj(y) + bias", "F5"),  # a bias, no residual
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

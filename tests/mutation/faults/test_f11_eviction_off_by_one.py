@@ -23,6 +23,19 @@ from tests.fixtures.mutation import body, changed, mutate
             "F11",
             {"kept = min(window + 1, cache_length)", "kept = min(window - 1, cache_length)"},
         ),
+        (
+            "keep = min(max_len, window)",
+            "F11",
+            {"keep = min(max_len, window + 1)", "keep = min(max_len, window - 1)"},
+        ),
+        (  # litgpt's windowed KVCache size
+            "size = min(max_seq_length, self.config.sliding_window_size)",
+            "F11",
+            {
+                "size = min(max_seq_length, self.config.sliding_window_size + 1)",
+                "size = min(max_seq_length, self.config.sliding_window_size - 1)",
+            },
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

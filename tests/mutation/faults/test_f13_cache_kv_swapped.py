@@ -29,6 +29,11 @@ from tests.fixtures.mutation import changed
             "F13",
             {"return self.value_cache[layer_idx], self.key_cache[layer_idx]"},
         ),
+        # litgpt: the cache module called with the positions first
+        ("k, v = self.kv_cache(input_pos, k, v)", "F13", {"k, v = self.kv_cache(input_pos, v, k)"}),
+        # local-attention: the cached pair named alike
+        ("ck, cv = cache", "F13", {"cv, ck = cache"}),
+        ("k, v = self.kv_proj(input_pos, k, v)", "F13", set()),  # no cache
         ("return k, v", "F13", set()),  # a projection's outputs, no cache
         ("key, value = self.split(kv)", "F13", set()),
     ],

@@ -38,6 +38,11 @@ from tests.fixtures.mutation import body, changed, mutate
             "F26",
             {"q_embed = torch.cat([q_pass, q_embed], dim=-1)"},
         ),
+        (  # litgpt: the rotated width named rope_n_elem
+            "q_roped = apply_rope(q[..., :rope_n_elem], cos, sin)",
+            "F26",
+            {"q_roped = apply_rope(q[..., rope_n_elem:], cos, sin)"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

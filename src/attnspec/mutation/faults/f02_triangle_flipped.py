@@ -8,7 +8,7 @@ import libcst as cst
 
 from .edits import comparison_mirrored
 from .fault import CORE, Fault
-from .matchers import call_name, diagonal_arg, key_vs_query, negated, replace_arg
+from .matchers import call_name, diagonal_arg, key_vs_query, negated, positional, replace_arg
 
 _MIRRORED = {
     cst.LessThan: cst.GreaterThan,
@@ -27,6 +27,25 @@ def operator_flip_triangle(node: cst.Comparison) -> Iterator[cst.CSTNode]:
     mirrored = _MIRRORED.get(type(target.operator))
     if mirrored and key_vs_query(node.left, target.comparator):
         yield node.with_changes(comparisons=[target.with_changes(operator=mirrored())])
+
+
+# comparisons written as calls (torch.ge, keras.ops.greater_equal, np.less) and their mirror images
+MIRRORED_CALLS = {"greater_equal": "less_equal", "greater": "less", "ge": "le", "gt": "lt"}
+MIRRORED_CALLS |= {mirror: name for name, mirror in MIRRORED_CALLS.items()}
+
+
+def operator_flip_comparison_call(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """ops.greater_equal(row_index, col_index) -> ops.less_equal(row_index, col_index) (torch.ge -> le,
+    greater -> less): the causal triangle built by a comparison function, mirrored."""
+    mirrored = MIRRORED_CALLS.get(call_name(node))
+    args = positional(node)
+    if mirrored is None or len(args) != 2 or len(node.args) != 2:
+        return
+    if key_vs_query(args[0].value, args[1].value):
+        func = node.func
+        name = cst.Name(mirrored)
+        renamed = func.with_changes(attr=name) if isinstance(func, cst.Attribute) else name
+        yield node.with_changes(func=renamed)
 
 
 def operator_swap_tril_triu(node: cst.Call) -> Iterator[cst.CSTNode]:
@@ -49,7 +68,11 @@ FAULT = Fault(
     "upper/lower triangle flipped (causal comparison, band bound or tril/triu mirrored)",
     "ch8",
     ("MASK-1", "MASK-2", "ATTN-2", "ATTN-9"),
-    ((cst.Comparison, operator_flip_triangle), (cst.Call, operator_swap_tril_triu)),
+    (
+        (cst.Comparison, operator_flip_triangle),
+        (cst.Call, operator_swap_tril_triu),
+        (cst.Call, operator_flip_comparison_call),
+    ),
     CORE,
     evidence=({"tril"}, {"triu"}, {"causal"}),
     generic=(comparison_mirrored,),

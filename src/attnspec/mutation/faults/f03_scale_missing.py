@@ -9,7 +9,7 @@ import libcst.matchers as m
 
 from .edits import keyword_nulled, operand_dropped
 from .fault import CORE, Fault
-from .matchers import is_square_root, keyword, literal_float, replace_arg, scale_like
+from .matchers import call_name, is_square_root, keyword, literal_float, replace_arg, scale_like
 
 ONE = cst.Float("1.0")
 
@@ -17,12 +17,18 @@ ONE = cst.Float("1.0")
 SCALE_KEYWORDS = {"scale", "scaling", "sm_scale", "softmax_scale"}
 
 
+def rotary_product(node: cst.CSTNode) -> bool:
+    """q * freqs.cos(), rotate_half(k) * freqs.sin(): a rotation's term (its ``* scale`` is xPos's, not
+    the softmax's)."""
+    return any(call_name(call) in ("cos", "sin") for call in m.findall(node, m.Call()))
+
+
 def operator_drop_scale(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
     """The 1/sqrt(d_k) factor is lost: a / sqrt(d) -> a, a / d ** 0.5 -> a, scores * scale ->
-    scores (any softmax-scale name), d ** -0.5 -> 1.0."""
+    scores (any softmax-scale name, but not a rotary term's: q * cos * scale is xPos), d ** -0.5 -> 1.0."""
     if isinstance(node.operator, cst.Divide) and is_square_root(node.right):
         yield node.left
-    if isinstance(node.operator, cst.Multiply):
+    if isinstance(node.operator, cst.Multiply) and not rotary_product(node):
         if scale_like(node.right):
             yield node.left
         elif scale_like(node.left):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -9,7 +10,7 @@ import libcst.matchers as m
 
 from .edits import call_unwrapped
 from .fault import Fault
-from .matchers import call_name, heads_like, literal_int, method_receiver, swap_args, words
+from .matchers import call_name, heads_like, literal_int, method_receiver, positional, swap_args, words
 
 
 def int_args(node: cst.Call) -> list[int | None]:
@@ -48,12 +49,57 @@ def operator_confuse_head_axes(node: cst.Call) -> Iterator[cst.CSTNode]:
                 yield node.with_changes(args=swap_args(args, i))
 
 
+# einops' axis names for the heads and for the tokens
+EINOPS_HEADS = {"h", "heads", "nh", "num_heads"}
+EINOPS_TOKENS = {"n", "t", "s", "l", "i", "j", "seq", "seqlen", "len", "time", "tokens"}
+
+
+def einops_axes(side: str) -> tuple[set[str], list[str]]:
+    """The axis names of one side of an einops pattern: those inside parentheses, and the others in order."""
+    grouped = set(re.findall(r"\w+", " ".join(re.findall(r"\(([^)]*)\)", side))))
+    return grouped, re.findall(r"\w+", re.sub(r"\([^)]*\)", " ", side))
+
+
+def heads_and_tokens_swapped(side: str) -> str | None:
+    """'b h n d' -> 'b n h d': the heads' axis and the tokens' axis beside it exchanged."""
+    for heads in EINOPS_HEADS:
+        for tokens in EINOPS_TOKENS:
+            for first, second in ((heads, tokens), (tokens, heads)):
+                found = re.search(rf"(?<![\w(]){first}(\s+){second}(?![\w)])", side)
+                if found and "(" not in side[: found.start()].split(")")[-1]:
+                    return side[: found.start()] + second + found.group(1) + first + side[found.end() :]
+    return None
+
+
+def operator_confuse_einops_heads(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """einops: rearrange(t, 'b n (h d) -> b h n d') -> 'b n (h d) -> b n h d' (split), and
+    rearrange(o, 'b h n d -> b n (h d)') -> 'b n h d -> b n (h d)' (merge): the heads' axis and the
+    tokens' axis confused on the side where the heads stand alone."""
+    args = positional(node)
+    if call_name(node) != "rearrange" or len(args) < 2 or not isinstance(args[1].value, cst.SimpleString):
+        return
+    pattern = args[1].value
+    if pattern.value.count("->") != 1:
+        return
+    left, right = pattern.value.split("->")
+    for alone, fused in ((right, left), (left, right)):
+        grouped, _ = einops_axes(fused)
+        if not grouped & EINOPS_HEADS:
+            continue
+        swapped = heads_and_tokens_swapped(alone)
+        if swapped is not None:
+            text = f"{left}->{swapped}" if alone is right else f"{swapped}->{right}"
+            new = args[1].with_changes(value=pattern.with_changes(value=text))
+            yield node.with_changes(args=[new if a is args[1] else a for a in node.args])
+            return
+
+
 FAULT = Fault(
     "F4",
     "head and sequence axes confused in the head split or merge",
     "ch8",
     ("HEAD-1", "BLOCK-1", "LAYER-1"),
-    ((cst.Call, operator_confuse_head_axes),),
+    ((cst.Call, operator_confuse_head_axes), (cst.Call, operator_confuse_einops_heads)),
     "a layer (the 'layer' capability), or the core where it reshapes heads",
     # a head split or merge: n_head, head_dim (a per-head table's n_heads alone, e.g. sinks.view(1, n_heads,
     # 1, 1), is no split)

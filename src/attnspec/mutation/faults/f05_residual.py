@@ -14,13 +14,17 @@ RESIDUAL_NAMES = {"x", "h", "residual", "shortcut", "skip", "identity", "inputs"
 
 
 def operator_break_residual(node: cst.Return) -> Iterator[cst.CSTNode]:
-    """return x + f(...) -> return f(...), and -> return self.norm(x) + f(...)."""
+    """return x + f(...) -> return f(...), and -> return self.norm(x) + f(...); the same with the
+    residual after the branch (litgpt's return self.mlp(x_normed) + x)."""
     value = node.value
-    if not (m.matches(value, m.BinaryOperation(operator=m.Add(), left=m.Name(), right=m.Call()))):
-        return
-    yield node.with_changes(value=value.right)
-    normed = cst.Call(func=cst.parse_expression("self.norm"), args=[cst.Arg(value.left)])
-    yield node.with_changes(value=value.with_changes(left=normed))
+    if m.matches(value, m.BinaryOperation(operator=m.Add(), left=m.Name(), right=m.Call())):
+        yield node.with_changes(value=value.right)
+        normed = cst.Call(func=cst.parse_expression("self.norm"), args=[cst.Arg(value.left)])
+        yield node.with_changes(value=value.with_changes(left=normed))
+    elif m.matches(value, m.BinaryOperation(operator=m.Add(), left=m.Call())) and residual_name(value.right):
+        yield node.with_changes(value=value.left)
+        normed = cst.Call(func=cst.parse_expression("self.norm"), args=[cst.Arg(value.right)])
+        yield node.with_changes(value=value.with_changes(right=normed))
 
 
 def residual_name(node: cst.CSTNode) -> bool:

@@ -10,13 +10,22 @@ import libcst.matchers as m
 from .fault import Fault
 from .matchers import assigned, func_name
 
+RESIDUAL_SUM = m.BinaryOperation(operator=m.Add(), left=m.Name()) | m.BinaryOperation(
+    operator=m.Add(), left=~m.Name(), right=m.Name()
+)
+
+
+def residual_of(total: cst.BinaryOperation) -> str:
+    """The residual of ``x + f(...)``, or of ``f(...) + x`` (litgpt writes the residual last)."""
+    return total.left.value if isinstance(total.left, cst.Name) else total.right.value
+
 
 def residual_return(body: cst.IndentedBlock) -> cst.Return | None:
-    """The final ``return x + ...`` of a block body, if it ends with one."""
+    """The final ``return x + ...`` (or ``return ... + x``) of a block body, if it ends with one."""
     last = body.body[-1] if body.body else None
     if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
         ret = last.body[0]
-        if m.matches(ret.value, m.BinaryOperation(operator=m.Add(), left=m.Name())):
+        if m.matches(ret.value, RESIDUAL_SUM):
             return ret
     return None
 
@@ -26,11 +35,12 @@ def is_norm_call(node: cst.CSTNode) -> bool:
 
 
 def operator_post_norm(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
-    """x + f(norm(x)) -> norm(x + f(x)): the norm moves from the sublayer input to the sum."""
+    """x + f(norm(x)) -> norm(x + f(x)) (and f(norm(x)) + x): the norm moves from the sublayer input to
+    the sum."""
     ret = residual_return(node)
     if ret is None:
         return
-    residual = ret.value.left.value
+    residual = residual_of(ret.value)
     is_norm_of_residual = m.Call(
         func=m.MatchIfTrue(lambda func: "norm" in func_name(func).lower()),
         args=[m.Arg(value=m.Name(residual))],
@@ -46,8 +56,9 @@ def operator_post_norm(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
 
 
 def operator_post_norm_statements(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
-    """h = norm(x); ...; y = r + h -> h = x; ...; y = norm(r + h): the first sublayer of a
-    decoder layer written statement by statement (Hugging Face, gpt-oss) becomes post-norm."""
+    """h = norm(x); ...; y = r + h -> h = x; ...; y = norm(r + h) (also y = f(h) + x): the first
+    sublayer of a decoder layer written statement by statement (Hugging Face, gpt-oss, litgpt)
+    becomes post-norm."""
     statements = list(node.body)
     for i, statement in enumerate(statements):
         first = assigned(statement)
@@ -55,9 +66,13 @@ def operator_post_norm_statements(node: cst.IndentedBlock) -> Iterator[cst.CSTNo
             continue
         if not isinstance(first[1].args[0].value, cst.Name):
             continue
+        normed = first[1].args[0].value.value
+        sum_with_residual = m.BinaryOperation(operator=m.Add(), left=m.Name()) | m.BinaryOperation(
+            operator=m.Add(), right=m.Name(normed)
+        )
         for later in statements[i + 1 :]:
             second = assigned(later)
-            if second and m.matches(second[1], m.BinaryOperation(operator=m.Add(), left=m.Name())):
+            if second and m.matches(second[1], sum_with_residual):
                 unnormed = statement.deep_replace(first[1], first[1].args[0].value)
                 post = later.deep_replace(second[1], first[1].with_changes(args=[cst.Arg(second[1])]))
                 body = [unnormed if s is statement else post if s is later else s for s in statements]

@@ -8,18 +8,20 @@ import libcst as cst
 import libcst.matchers as m
 
 from .fault import Fault
-from .matchers import WINDOWED_CACHE, call_name, func_name, mentions, plus
+from .matchers import WINDOWED_CACHE, call_name, func_name, mentions, mentions_window, plus
 
 
 def operator_evict_off_by_one(node: cst.Call) -> Iterator[cst.CSTNode]:
     """min(length, window) -> min(length, window + 1) and window - 1: a windowed layer's cache
-    holds one position too many or too few."""
+    holds one position too many or too few (any length's and window's names: max_len, seq_len,
+    litgpt's min(max_seq_length, self.config.sliding_window_size))."""
     if call_name(node) != "min" or len(node.args) != 2:
         return
-    if not any(mentions(a.value, "length") for a in node.args):
+    if not any(mentions(a.value, "len") for a in node.args):  # length, max_len, seq_len
         return
     for i, arg in enumerate(node.args):
-        if func_name(arg.value) == "window" or m.matches(arg.value, m.Name("window")):
+        named = func_name(arg.value) == "window" or m.matches(arg.value, m.Name("window"))
+        if named or (isinstance(arg.value, (cst.Name, cst.Attribute)) and mentions_window(arg.value)):
             for n in (1, -1):
                 args = list(node.args)
                 args[i] = arg.with_changes(value=plus(arg.value, n))

@@ -14,10 +14,11 @@ from .matchers import call_name, name_words, names_in, words
 
 
 def rotary_width_name(name: str) -> bool:
-    """rotary_dim, rotary_ndims, rot_dim, rotated, rotary_emb_dim: how many features RoPE rotates."""
+    """rotary_dim, rotary_ndims, rot_dim, rotated, rotary_emb_dim, rope_n_elem (litgpt): how many features
+    RoPE rotates."""
     w = name_words(name)
-    return bool(w & {"rotary", "rot", "rotated"}) and (
-        bool(w & {"dim", "ndims", "dims", "width"}) or "rotated" in w
+    return bool(w & {"rotary", "rot", "rotated", "rope"}) and (
+        bool(w & {"dim", "ndims", "dims", "width", "elem"}) or "rotated" in w
     )
 
 
@@ -123,6 +124,7 @@ FAULT = Fault(
         {"rotary", "ndims"},
         {"rotary", "pct"},
         {"rot", "dim"},
+        {"rope", "elem"},
     ),
     needs="F7",
     generic=(operand_dropped,),

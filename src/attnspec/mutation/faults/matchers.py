@@ -150,6 +150,8 @@ def query_like(node: cst.CSTNode) -> bool:
 
 
 def key_vs_query(left: cst.CSTNode, right: cst.CSTNode) -> bool:
+    if (words(left) | words(right)) & {"heads"}:  # num_query_heads > num_kv_heads counts heads
+        return False
     if (key_like(left) and query_like(right)) or (query_like(left) and key_like(right)):
         return True
     return cache_positions_against(left, right) or cache_positions_against(right, left)
