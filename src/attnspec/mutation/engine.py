@@ -441,6 +441,9 @@ class Engine:
         self.progress.phase = "testing mutants"
         if jobs and self.suite.in_process:
             self.lazy_modules = import_quietly(self.lazy_modules)
+            settle = getattr(self.generator, "settle", None)
+            if settle is not None:  # each mutant's module under the name the tests import it by
+                settle()
             freeze_heap()
         self.progress.total = len(mutants)
         lanes: dict[str, int] = {}  # function -> its mutants so far, dealt round the lanes

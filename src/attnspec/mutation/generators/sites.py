@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import subprocess
+import sys
 import types
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -324,6 +325,25 @@ class CodeSwap:
             "spans": {key: [s["file"], s["first"], s["last"], s["body"]] for key, s in functions.items()},
             "mutants": mutants,
         }
+
+    def settle(self) -> None:
+        """Each mutant's module under the name the tests imported its file by (called once the clean
+        run's modules are imported here).  The planned name comes from the ``__init__.py`` files above
+        the file; a namespace package has none (keras' sdist: ``keras/src/...`` imported as
+        ``keras.src...``, planned as ``src...``): the mutants went into a second copy of the module
+        that no test ran, and every one of them survived."""
+        by_file: dict[str, str] = {}
+        for module_name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str):
+                by_file.setdefault(os.path.realpath(file), module_name)
+        for mutant in self.plan["mutants"]:
+            original = os.path.realpath(mutant["original"])
+            planned = getattr(sys.modules.get(mutant["module"]), "__file__", None)
+            if isinstance(planned, str) and os.path.realpath(planned) == original:
+                continue
+            if original in by_file:
+                mutant["module"] = by_file[original]
 
     def activate(self, name: str) -> None:
         mutant = self.by_name[name]

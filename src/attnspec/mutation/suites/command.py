@@ -50,7 +50,9 @@ def _attnspec_hook():
 
     class _Swap:
         def find_spec(self, name, path=None, target=None):
-            if name != mutant["module"]:
+            # the planned name, or any module of the same last name that is the mutated file (a
+            # namespace package imports keras/src/x.py as keras.src.x where src.x was planned)
+            if name.rpartition(".")[2] != mutant["module"].rpartition(".")[2]:
                 return None
             sys.meta_path.remove(self)
             try:
@@ -61,13 +63,16 @@ def _attnspec_hook():
                 sys.meta_path.insert(0, self)
             if spec is None or spec.loader is None:
                 return spec
+            same = spec.origin and _os.path.realpath(spec.origin) == _os.path.realpath(mutant["original"])
+            if name != mutant["module"] and not same:
+                return spec
             original = spec.loader.exec_module
 
             def exec_module(module):
                 original(module)
                 from attnspec.mutation.generators.sites import install
 
-                install(mutant)
+                install(dict(mutant, module=name))
 
             spec.loader.exec_module = exec_module
             return spec
