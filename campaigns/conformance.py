@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from attnspec.mutation import campaign
-from attnspec.mutation.campaign import CampaignError, adapter_sources, catalogue_fingerprint
+from attnspec.mutation.campaign import CampaignError, catalogue_fingerprint
+from attnspec.mutation.sources import Source, adapter_sources, file_source, module_file
 from attnspec.mutation.triage import from_file
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -35,15 +36,15 @@ def report_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def file_sources(file: str, impl: str) -> list[campaign.Source]:
+def file_sources(file: str, impl: str) -> list[Source]:
     """FILE as a module: the --impl module when it is that file, else its dotted path from the
     first folder above it that is no package."""
     cwd = Path.cwd()
-    source = campaign.file_source(file, cwd)
+    source = file_source(file, cwd)
     module = impl.partition(":")[0]
     sys.path.insert(0, os.getcwd())
     try:
-        if campaign.module_file(module) == source.file:
+        if module_file(module) == source.file:
             source.module = module
     except CampaignError:
         pass
@@ -52,7 +53,7 @@ def file_sources(file: str, impl: str) -> list[campaign.Source]:
 
 def run(
     name: str,
-    sources: list[campaign.Source],
+    sources: list[Source],
     impl: str,
     *,
     children: int,

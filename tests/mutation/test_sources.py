@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attnspec.mutation.campaign import sources_named
 from attnspec.mutation.errors import CampaignError
+from attnspec.mutation.sources import sources_named
 
 
 def write(root: Path, files: list[str]) -> None:

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from attnspec.mutation import suggest
-from attnspec.mutation.campaign import Settings, Source, support_texts
+from attnspec.mutation.campaign import Settings, support_texts
+from attnspec.mutation.sources import Source
 
 REPO = Path(__file__).resolve().parents[2]
 TEST = "import attnspec\n\n\ndef test_F3_missing_scale():\n    pass\n"

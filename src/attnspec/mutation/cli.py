@@ -142,6 +142,7 @@ def pytest_arguments(command: list[str]) -> list[str] | None:
 
 def settings_from(args: argparse.Namespace, command: list[str], parser: argparse.ArgumentParser):
     from . import campaign
+    from . import sources as named
     from .triage import from_file
 
     cwd = Path.cwd()
@@ -155,9 +156,9 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
         impl = args.impl[0]
         if args.sources:
             sys.path.insert(0, str(cwd))
-            sources = campaign.sources_named(args.sources, cwd)
+            sources = named.sources_named(args.sources, cwd)
         else:
-            sources = campaign.adapter_sources(impl)
+            sources = named.adapter_sources(impl)
         suite, arguments, name = "kit", [], impl
     else:
         if args.select:
@@ -166,9 +167,9 @@ def settings_from(args: argparse.Namespace, command: list[str], parser: argparse
             parser.error("give the test command after --, e.g. attnspec mutate attention.py -- pytest tests")
         if not args.sources:
             parser.error("name the SOURCE files to mutate")
-        sources = campaign.sources_named(args.sources, cwd)
+        sources = named.sources_named(args.sources, cwd)
         for target in args.impl:
-            campaign.check_target_name(target, cwd)
+            named.check_target_name(target, cwd)
         found = pytest_arguments(command)
         suite, arguments, name = (
             ("pytest", found, " ".join(command))
