@@ -184,3 +184,21 @@ def test_a_target_that_breaks_its_declared_mask_fails(name, says):
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     assert says in done.stdout, done.stdout[-3000:]
+
+
+HALF_PRECISION = "half_precision_is_the_float32_result_rounded_once or lengths_around_the_block_sizes"
+
+
+def test_a_kernel_that_rounds_its_weights_like_flash_attention_passes_when_it_declares_it():
+    """fp16/bf16 weights rounded before the product with V (FlashAttention's precision): within the bound
+    that "weights-in-input-dtype" widens by one rounding of each weight."""
+    done = run_properties("tests.fixtures.declared_targets:weights_rounded", "-k", HALF_PRECISION)
+    assert_passes(done)
+
+
+def test_undeclared_its_half_precision_failure_says_what_to_declare():
+    done = run_properties(
+        "tests.fixtures.declared_targets:weights_rounded_undeclared", "-k", HALF_PRECISION, profile="mutation"
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "declare it: conventions = {'weights-in-input-dtype'}" in done.stdout, done.stdout[-3000:]

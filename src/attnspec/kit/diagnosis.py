@@ -47,7 +47,7 @@ from attnspec.kit.localisation import (
 from attnspec.kit.recording import described
 from attnspec.kit.references import declared_attention, declared_keywords, declared_layer_keywords
 from attnspec.kit.target_checks import KEYWORDS, raised_as
-from attnspec.protocol.declared import declaration
+from attnspec.protocol.declared import PRECISION_CONVENTIONS, declaration
 from attnspec.protocol.memory_layouts import as_given, heads_after_positions
 from attnspec.protocol.targets import Layer, LayerKind, LayerSpec, Target
 from attnspec.specs.counterfactuals import (
@@ -463,6 +463,8 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
             continue
         if finding is not None and finding not in findings:
             findings.append(finding)
-    if findings and declaration(target):
-        findings.insert(0, f"checked under its declaration: {declaration(target)}")
+    # (a convention of precision changes no case the findings are about: not said here)
+    declared = declaration(replace(target, conventions=target.conventions - PRECISION_CONVENTIONS))
+    if findings and declared:
+        findings.insert(0, f"checked under its declaration: {declared}")
     return "\n".join(findings) or None

@@ -7,18 +7,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 
 from attnspec.kit.recording import recorded
-from attnspec.protocol import declared
+from attnspec.protocol import declared, interpreted
 from attnspec.protocol.memory_layouts import laid_out
-from attnspec.protocol.targets import ENV, Target, as_target, resolve
+from attnspec.protocol.targets import DEVICE_ENV, ENV, Target, as_target, resolve
 
 
 def load(name: str) -> Target:
-    """The target called ``name``: a built-in adapter or "package.module:object"."""
-    target = as_target(name, resolve(name))
+    """The target called ``name``: a built-in adapter or "package.module:object"; a user's Triton kernels
+    interpreted in a run on the CPU (protocol/interpreted.py)."""
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    interpreted.prepare(device)
+    before = set(sys.modules)
+    made = resolve(name)
+    own = getattr(made, "__module__", None) or ""
+    loaded = [
+        module
+        for key, module in list(sys.modules.items())
+        if (key not in before or key == own) and module is not None
+        and not key.startswith(("triton", "torch"))
+    ]
+    interpreted.found(loaded, device)  # its Triton kernels, if any: interpreted on the CPU
+    target = as_target(name, made)
     problems = declared.problems(target)
     if problems:
         raise ValueError("; ".join(problems))

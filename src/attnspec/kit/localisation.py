@@ -241,10 +241,12 @@ def _kernel_call(
     target: Target, tq: int, tk: int, dtype: torch.dtype, device, low: bool = False, sinks: bool = False
 ) -> bool:
     """Whether the target gives the oracle's output (loosely) on Tq queries over Tk keys; ``low``: every
-    logit far below zero (about -1e6), the rest as usual; with ``sinks`` where the target takes them."""
+    logit the same, far below zero (-1e6: the weights uniform, whatever the rounding of a logit of that
+    size, which is the same for every key); with ``sinks`` where the target takes them."""
     q = probe_randn(1, 2, tq, 4, seed=1, dtype=torch.float64)
     k, v = (probe_randn(1, 2, tk, 4, seed=seed, dtype=torch.float64) for seed in (2, 3))
     if low:
+        q, k = torch.zeros_like(q), torch.zeros_like(k)
         q[..., 0], k[..., 0] = 1000.0, -2000.0
     q, k, v = (t.to(dtype) for t in (q, k, v))
     keywords = dict(KEYWORDS, sinks=torch.linspace(-1.0, 1.5, 2, dtype=dtype) if sinks else None)
@@ -259,7 +261,7 @@ KERNEL_CAUSES = {
     "rescale: multiply the accumulator and the running sum by exp(m_old - m_new) whenever the max grows",
     "partial": "only when the last key or query block is partial (whole blocks are right): the last partial "
     "block dropped (a block count rounded down) or its padding not masked",
-    "low": "only at logits far below zero (about -1e6; ordinary logits are right): a running max that "
+    "low": "only at logits far below zero (-1e6 at every key; ordinary logits are right): a running max that "
     "starts at 0 or at a finite sentinel, or none: start it at -inf and subtract it before exp",
     "decode": "only on the decode path (a few queries over more keys than its switch lengths; the square "
     "problems are right): combine the key splits rescaled by each split's max, the sink counted once",

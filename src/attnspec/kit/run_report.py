@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from attnspec.protocol import interpreted
 from attnspec.protocol.declared import declaration
 from attnspec.protocol.targets import CAPABILITIES, Target
 from attnspec.specs import REQUIREMENTS
@@ -436,6 +437,7 @@ class RunReport:
         inputs it does not declare it cannot take, and failed nothing else; PASS otherwise.  ``coverage``
         says how many examples a property drew where the check was fitted to a time (`attnspec check`)."""
         under = f", under its declaration: {declaration(target)}" if declaration(target) else ""
+        under += f", {ran}" if (ran := interpreted.note(target.supports("float16"))) else ""
         refused = len(self.refused())
         counts = f"{self.failed_tests - refused} failed, {self.passed} passed, {self.skipped} skipped"
         counts += f", {refused} refused" if refused else ""

@@ -12,6 +12,7 @@ from attnspec.kit.loading import current
 from attnspec.kit.run_report import NO_SECOND_DEVICE, lacks
 from attnspec.kit.strategies import LOW_PRECISION, float_dtypes
 from attnspec.kit.target_checks import meta_problem
+from attnspec.protocol import interpreted
 
 
 def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
@@ -19,6 +20,8 @@ def require_dtype(dtype: torch.dtype, device: torch.device) -> None:
     missing = missing_for(dtype)
     if missing:
         pytest.skip(lacks(current(), missing))
+    if dtype == torch.bfloat16 and interpreted.active():
+        pytest.skip(interpreted.NO_BFLOAT16)
     if dtype not in float_dtypes(device):
         pytest.skip(f"{dtype}: its matmul does not run on {device}")
 

@@ -15,6 +15,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from attnspec.kit.loading import current
+from attnspec.protocol import interpreted
 from attnspec.protocol.targets import CannotBuild, Refused
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -480,11 +481,14 @@ def float_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
 
 
 def low_precision_dtypes(device: torch.device) -> list[torch.dtype]:
-    """fp16/bf16 where a matmul in that dtype runs on ``device`` (and the target takes them)."""
+    """fp16/bf16 where a matmul in that dtype runs on ``device`` (and the target takes them); no bf16 for
+    Triton kernels interpreted on the CPU (protocol/interpreted.py)."""
     if not current().supports("float16"):
         return []
     supported = []
     for dtype in LOW_PRECISION:
+        if dtype == torch.bfloat16 and interpreted.active():  # the interpreter's bfloat16 is its bits
+            continue
         try:
             a = torch.ones(2, 2, dtype=dtype, device=device)
             (a @ a).sum().item()

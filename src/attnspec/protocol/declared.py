@@ -18,6 +18,11 @@ needs to know about them: the kit calls the translated target with attnspec's co
   kit's bottom-right problem of Tq queries over Tk keys is the target's problem with Tk - Tq queries
   put before them, whose rows are dropped: the target sees only square causal problems, so a path it
   takes only for Tq < Tk is not exercised.  It cannot take queries that see no key ("blind").
+- ``weights-in-input-dtype``: with fp16/bf16 inputs, the softmax weights are rounded to that dtype
+  before the product with V (FlashAttention's kernels and their Triton descendants do, to feed the
+  matrix units), the scores, running max and sums staying float32: the output may be off by one more
+  rounding of each weight, eps/2 of the weighted mean of |V|, beyond the float32 result rounded once
+  (ATTN-11's bound).  Not a translation: the bound of the half-precision properties is widened by it.
 - ``gqa-tile``: query head h reads KV head h % Hkv (``k.repeat``, x-transformers), not h // r.  The
   kit's query head g·r + j is the target's head j·Hkv + g, which reads the same KV head g: the query
   heads (and the sinks) are permuted on the way in and the output heads back; a layer reports its
@@ -45,7 +50,11 @@ DECLARABLE = {
     "window-inclusive": "window W sees p-W <= j <= p, W + 1 keys (FlashAttention's window_size=(W, 0))",
     "top-left": "query i at position i when Tq < Tk (torch's is_causal=True)",
     "gqa-tile": "query head h reads KV head h % Hkv (k.repeat, x-transformers), not h // r",
+    "weights-in-input-dtype": "fp16/bf16: the weights rounded to the input dtype before the product with V "
+    "(FlashAttention-style kernels feed their matrix units so)",
 }
+# Conventions of precision, not of what is computed: nothing to translate, a bound widened (kit/asserts.py)
+PRECISION_CONVENTIONS = frozenset({"weights-in-input-dtype"})
 # What a mask_mod decides for itself: the capabilities and conventions of the built-in causal mask.
 BUILT_IN_MASK = ("window", "non_causal", "blind", "window-inclusive", "top-left")
 
@@ -81,6 +90,8 @@ def problems(target: Target) -> list[str]:
         found.append("'top-left' and 'blind' exclude each other: top-left queries past Tk see every key")
     if "gqa-tile" in declared and "gqa" not in capabilities:
         found.append("'gqa-tile' without the 'gqa' capability: with Hq = Hkv both groupings are the same")
+    if "weights-in-input-dtype" in declared and "float16" not in capabilities:
+        found.append("'weights-in-input-dtype' without the 'float16' capability: it is about fp16/bf16 inputs")
     if target.mask_mod is not None:
         clash = sorted((capabilities | declared) & set(BUILT_IN_MASK))
         if clash:

@@ -140,6 +140,7 @@ ADAPTERS = {
     "flash-ref": "attnspec.adapters.flash_ref:TARGET",
 }
 ENV = "ATTNSPEC_IMPL"
+DEVICE_ENV = "ATTNSPEC_DEVICE"  # the device of the run (--device sets it), before the target is imported
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,7 @@ class KitSession:
 
         # the kit's test modules, its strategies and its conftest read the target from there
         self._variable = targets.ENV
-        _environment(config, {targets.ENV: name})
+        _environment(config, {targets.ENV: name, targets.DEVICE_ENV: self.device})
         self.target = self._checked_target()
         from attnspec.kit.run_report import RunReport
 

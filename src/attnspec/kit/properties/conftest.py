@@ -65,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"--device={device} was asked for, but torch sees no CUDA GPU")
     os.environ[targets.ENV] = kit_option(config, "--impl")  # test modules read it when imported
+    os.environ[targets.DEVICE_ENV] = device  # the target is imported for it (a Triton kernel interpreted)
     try:
         target = loading.current()
     except Exception as error:  # its module may raise anything at import (a SyntaxError...): one line
