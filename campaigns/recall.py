@@ -11,9 +11,11 @@ the labelled lines:
 - hidden: files labelled with the fault where it got no mutant *and* the evidence (evidence.py)
   does not see its feature either, so a campaign would call a present fault absent.  It must be 0.
 
-The labels were written without reading the operators.  The command rewrites the table on the
-faults page (docs/reference/faults.md); tests/campaigns/test_recall.py fails when the page and a
-fresh measurement disagree, and when a present fault is hidden.  ``python -m campaigns recall`` also
+The labels were written without reading the operators.  The command rewrites two tables on the
+faults page (docs/reference/faults.md): the whole corpus, and its Triton source alone (the files that
+import triton: ``@triton.jit`` kernels, measured apart because their idioms are a kernel's, not a
+module's); tests/campaigns/test_recall.py fails when the page and a fresh measurement disagree, and
+when a present fault is hidden.  ``python -m campaigns recall`` also
 prints every missed label and every mutant off its labels, file:line, for the next operator to write.
 """
 
@@ -37,7 +39,10 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 PAGE = REPO_ROOT / "docs" / "reference" / "faults.md"
 BEGIN = "<!-- recall table: python -m campaigns recall -->"
 END = "<!-- end of recall table -->"
+TRITON_BEGIN = "<!-- recall table on Triton source: python -m campaigns recall -->"
+TRITON_END = "<!-- end of the Triton recall table -->"
 LABEL = re.compile(r"#\s*expect:\s*(F\d+(?:\s+F\d+)*)")
+TRITON = re.compile(r"^(import triton\b|from triton\b)", re.MULTILINE)
 
 
 @dataclass
@@ -83,9 +88,23 @@ def statement_spans(source: str) -> dict[int, set[int]]:
     return spans
 
 
-def measure(corpus: Path = CORPUS) -> dict[str, Row]:
+def triton_source(source: str) -> bool:
+    """Whether a file is Triton source: it imports triton (a PyTorch imitation of a kernel is not)."""
+    return bool(TRITON.search(source))
+
+
+def corpus_files(corpus: Path = CORPUS, triton: bool | None = None) -> list[Path]:
+    """The corpus's files, sorted: all of them, or only the Triton source (triton=True) or the rest."""
+    files = sorted(corpus.glob("*.py"))
+    if triton is None:
+        return files
+    return [path for path in files if triton_source(path.read_text(encoding="utf-8")) == triton]
+
+
+def measure(corpus: Path = CORPUS, triton: bool | None = None) -> dict[str, Row]:
+    """Each fault's row over the corpus's files (all, or only the Triton source: see corpus_files)."""
     rows = {fault.id: Row() for fault in FAULTS}
-    for path in sorted(corpus.glob("*.py")):
+    for path in corpus_files(corpus, triton):
         source = path.read_text(encoding="utf-8")
         name = path.name
         expected = labels(source)
@@ -125,10 +144,15 @@ def percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
-def render(rows: dict[str, Row]) -> str:
-    files = len(list(CORPUS.glob("*.py")))
+def render(rows: dict[str, Row], triton: bool | None = None) -> str:
+    files = len(corpus_files(CORPUS, triton))
+    where = (
+        f"Measured on the corpus ({files} files in campaigns/corpus/, labelled by hand):"
+        if triton is None
+        else f"Measured on the corpus's Triton source ({files} files that import triton, labelled by hand):"
+    )
     lines = [
-        f"Measured on the corpus ({files} files in campaigns/corpus/, labelled by hand):",
+        where,
         "",
         "| fault | labelled statements | recall | mutants | precision | files sited | not recognised |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -162,12 +186,17 @@ def page_block(text: str) -> str:
     return table.page_block(text, BEGIN, END)
 
 
+def triton_page_block(text: str) -> str:
+    return table.page_block(text, TRITON_BEGIN, TRITON_END)
+
+
 def main() -> int:
     rows = measure()
     table.write_block(PAGE, render(rows), BEGIN, END)
+    table.write_block(PAGE, render(measure(triton=True), triton=True), TRITON_BEGIN, TRITON_END)
     for fault, row in rows.items():
         for kind, where in (("missed", row.missed), ("stray", row.stray), ("hidden", row.hidden)):
             if where:
                 print(f"{fault} {kind}: {', '.join(where)}")
-    print(f"wrote the recall table of {PAGE.relative_to(REPO_ROOT)}", file=sys.stderr)
+    print(f"wrote the recall tables of {PAGE.relative_to(REPO_ROOT)}", file=sys.stderr)
     return 0

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from campaigns.recall import CORPUS, PAGE, labels, measure, page_block, render
+from campaigns.recall import (
+    CORPUS,
+    PAGE,
+    corpus_files,
+    labels,
+    measure,
+    page_block,
+    render,
+    triton_page_block,
+)
 
 ROWS = measure()
+TRITON_ROWS = measure(triton=True)
 
 
 def test_the_corpus_is_labelled():
@@ -22,6 +32,21 @@ def test_the_page_shows_todays_measurement():
         "the recall table of docs/reference/faults.md differs from a measurement on campaigns/corpus/: "
         "python -m campaigns recall"
     )
+
+
+def test_the_page_shows_todays_measurement_on_triton_source():
+    assert triton_page_block(PAGE.read_text(encoding="utf-8")) == render(TRITON_ROWS, triton=True), (
+        "the Triton recall table of docs/reference/faults.md differs from a measurement on the Triton "
+        "files of campaigns/corpus/: python -m campaigns recall"
+    )
+
+
+def test_the_corpus_has_triton_source_and_the_rest():
+    """The Triton table measures real kernels (files that import triton); a PyTorch imitation of one
+    stays in the other files."""
+    triton = {path.name for path in corpus_files(triton=True)}
+    assert len(triton) >= 3 and "triton_style_kernel.py" not in triton
+    assert triton < {path.name for path in corpus_files()}
 
 
 @pytest.mark.parametrize("fault", sorted(ROWS, key=lambda f: int(f[1:])))

@@ -82,7 +82,7 @@ def test_the_faults_table_names_each_status_the_killers_and_the_survivors_diffs(
     rows = fault_rows(mutants(), {}, present={"F16": "pkg/attn.py:9: if k < w"})
     page = html.render(report(), rows, {m.name: m.diff for m in mutants()})
     row = {fault_id: text for fault_id, text in re.findall(r'<tr id="(F\d+)">(.*?)</tr>', page)}
-    assert len(row) == 27
+    assert len(row) == 32
     assert "<td>survived</td>" in row["F25"] and "<td>killed</td>" in row["F14"]
     assert "<td>not recognised</td>" in row["F16"] and "pkg/attn.py:9: if k &lt; w" in row["F16"]
     assert "<td>no site</td>" in row["F1"]

@@ -37,6 +37,17 @@ from tests.fixtures.mutation import body, changed, mutate
             "F1",
             {"m = torch.triu(q.new_full((4, 4), 0.0), diagonal=1)"},
         ),
+        (  # a Triton kernel's mask: the fill zeroed (F1's oldest operator) or the where dropped
+            'qk = tl.where(mask, qk, float("-inf"))',
+            "F1",
+            {"qk = tl.where(mask, qk, 0.0)", "qk = qk"},
+        ),
+        ("qk = qk + tl.where(causal, 0, -1.0e6)", "F1", {"qk = qk + tl.where(causal, 0, 0.0)"}),
+        (  # the backward's mask of probabilities
+            "p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)",
+            "F1",
+            {"p = p"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):
@@ -47,6 +58,8 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
     ("code", "fault"),
     [
         ("y = total + flat_mask.sum()", "F1"),  # a sum of a mask, not a mask added to scores
+        ("y = tl.where(x > 0, x, 0.0)", "F1"),  # a ReLU: no key or query index
+        ("y = torch.where(cond, a, -1.0e6)", "F1"),  # torch.where of a large fill: only tl.where's
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

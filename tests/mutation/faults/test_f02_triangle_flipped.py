@@ -31,6 +31,11 @@ from tests.fixtures.mutation import body, changed, mutate
             {"return ops.less_equal(row_index, col_index)"},
         ),
         ("m = torch.le(kv_idx, q_idx)", "F2", {"m = torch.ge(kv_idx, q_idx)"}),
+        (  # Triton's tile offsets: offs_m rows are queries, offs_n columns keys
+            "causal = offs_m[:, None] >= (start_n + offs_n[None, :])",
+            "F2",
+            {"causal = offs_m[:, None] <= (start_n + offs_n[None, :])"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

@@ -39,6 +39,8 @@ from tests.fixtures.mutation import changed
         ),
         ("b = rearrange(t, 'b (w n) d -> b w n d', w=windows)", "F4", set()),  # windows, no heads
         ("g = rearrange(gates, 'b n h -> b h n 1')", "F4", set()),  # no head split or merge
+        ("off_z = off_hz // H", "F4", {"off_z = off_hz % H"}),  # a Triton program id over batch x heads
+        ("head = pid_bh % num_heads", "F4", {"head = pid_bh // num_heads"}),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

@@ -41,6 +41,7 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
         ("i = torch.arange(0, d, 2)", "F12"),  # RoPE's frequencies, not positions after an offset
         ("p = torch.arange(tk - tq, tk)", "F12"),  # bottom-right alignment, not a cache offset
         ("n = torch.arange(start_n, min(start_n + BLOCK_N, hi))", "F12"),  # a tile's offsets
+        ("offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)", "F12"),  # a Triton tile's rows, no positions
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

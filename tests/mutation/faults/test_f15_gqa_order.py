@@ -88,3 +88,21 @@ def test_a_head_modulo_read_interleaved():
         "F15",
     )
     assert len(counted) == 1 and "return h // (self.num_heads // self.num_key_value_heads)" in counted[0]
+
+
+def test_a_kernels_kv_head_read_in_tile_order():
+    """off_kvh = off_h // GROUP_SIZE: the KV heads are the query heads the body names over the group."""
+    made = mutate(
+        """
+        def kernel(Q, H, GROUP_SIZE):
+            off_hz = tl.program_id(1)
+            off_h = off_hz % H
+            off_kvh = off_h // GROUP_SIZE
+        """,
+        "F15",
+    )
+    assert made == [
+        "\ndef kernel(Q, H, GROUP_SIZE):\n    off_hz = tl.program_id(1)\n    off_h = off_hz % H\n"
+        "    off_kvh = off_h % (H // GROUP_SIZE)\n"
+    ]
+    assert changed("off_h_k = off_h // (nheads // nheads_k)", "F15") == ["off_h_k = off_h % nheads_k"]

@@ -42,6 +42,14 @@ from tests.fixtures.mutation import body, changed, mutate
             "F16",
             {"return ops.less_equal(ops.abs(row_index - col_index), self._sliding_window)"},
         ),
+        (  # a Triton kernel's first key block inside the window
+            "lo = tl.maximum(0, start_m * BLOCK_M - WINDOW + 1)",
+            "F16",
+            {
+                "lo = tl.maximum(0, start_m * BLOCK_M - WINDOW)",
+                "lo = tl.maximum(0, start_m * BLOCK_M - WINDOW + 2)",
+            },
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):

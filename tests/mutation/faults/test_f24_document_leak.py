@@ -47,6 +47,12 @@ from tests.fixtures.mutation import body, changed, mutate
                 "torch.cat([segment_ids[..., 1:], segment_ids[..., -1:]], dim=-1)[:, None, :])"
             },
         ),
+        ("k_start = tl.load(cu_seqlens_k + off_b)", "F24", {"k_start = tl.load(cu_seqlens_k + off_b) - 1"}),
+        (
+            "k_len = tl.load(cu_seqlens_k + off_b + 1) - k_start",
+            "F24",
+            {"k_len = tl.load(cu_seqlens_k + off_b + 1) + 1 - k_start"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):
@@ -64,6 +70,7 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
             "for lo in range(0, 8, 4):\n        o = attend(q, k[:, :, lo:lo + 4], v[:, :, lo:lo + 4])",
             "F24",
         ),  # key blocks of a tiled loop, not documents
+        ("q_start = tl.load(cu_seqlens_q + off_b)", "F24"),  # the queries' bound reads no other document
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

@@ -29,6 +29,12 @@ from tests.fixtures.mutation import body, changed, mutate
             "F25",
             {"mod = lambda b, h, q_idx, kv_idx: kv_idx <= q_idx"},
         ),
+        ("_attn_fwd[grid](q, k, v, CAUSAL=causal)", "F25", {"_attn_fwd[grid](q, k, v, CAUSAL=True)"}),
+        (  # a kernel's causal constexpr picks a loop bound
+            "hi = (start_m + 1) * BLOCK_M if CAUSAL else N_CTX",
+            "F25",
+            {"hi = (start_m + 1) * BLOCK_M"},
+        ),
     ],
 )
 def test_its_operators_recognise_real_idioms(code, fault, expected):
@@ -42,6 +48,8 @@ def test_its_operators_recognise_real_idioms(code, fault, expected):
         ("n = max(0, tq - tk) if causal else 0", "F25"),  # a count the flag picks, not a mask
         ("if causal and window is None:\n        pass", "F25"),  # not the flag alone
         ("mod = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx", "F25"),  # already causal
+        # a lower-case flag's IfExp needs a mask in a branch
+        ("hi = (start_m + 1) * BLOCK_M if causal else n_ctx", "F25"),
     ],
 )
 def test_its_operators_leave_look_alikes_alone(code, fault):

@@ -3,8 +3,8 @@ annotation (``# attnspec: site F12`` at the end of a line, faults/annotations.py
 line for the fault it names, where the catalogue's operators do not recognise the code.  Each fault
 module lists its own (``generic=``).
 
-The other faults (F6, F8, F9, F11, F15, F20, F21, F25) change more than one line, or a line in a way
-no structural edit describes: no annotation can place them, and a campaign refuses one before it
+The other faults (F6, F8, F9, F11, F15, F20, F21, F25, F28, F32) change more than one line, or a line
+in a way no structural edit describes: no annotation can place them, and a campaign refuses one before it
 runs (generators/annotated.py), as it does an annotation on a line none of the fault's edits changes.
 """
 

@@ -13,10 +13,14 @@ from .matchers import (
     call_name,
     fill_word,
     is_minus_inf,
+    key_like,
     keyword,
+    literal_float,
     mask_operand,
     mentions,
     method_receiver,
+    positional,
+    query_like,
     replace_arg,
     words,
 )
@@ -41,7 +45,8 @@ def operator_mask_fill_zero(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 def operator_mask_not_applied(node: cst.Call) -> Iterator[cst.CSTNode]:
     """A mask that is built but has no effect: masked_fill(m, fill) with a fill variable -> 0.0,
     scores.masked_fill(m, v) -> scores, scores.add_(mask) -> scores, is_causal=True -> False,
-    attn_mask=m -> attn_mask=None."""
+    attn_mask=m -> attn_mask=None; a Triton kernel's tl.where(mask, qk, float("-inf")) -> qk and
+    tl.where(causal, 0, -1.0e6) -> tl.where(causal, 0, 0.0) (where_not_applied)."""
     name = call_name(node)
     if name in FILL_CALLS:
         for arg in node.args:
@@ -58,12 +63,43 @@ def operator_mask_not_applied(node: cst.Call) -> Iterator[cst.CSTNode]:
         and mentions(node.args[0], "mask")
     ):
         yield receiver
+    yield from where_not_applied(node)
     causal = keyword(node, "is_causal")
     if causal is not None and m.matches(causal.value, m.Name("True")):
         yield replace_arg(node, causal, cst.Name("False"))
     mask = keyword(node, *MASK_KEYWORDS)
     if mask is not None and not m.matches(mask.value, m.Name("None")):
         yield replace_arg(node, mask, cst.Name("None"))
+
+
+def large_negative(node: cst.CSTNode) -> bool:
+    """-1e6, -1.0e4, -10000.0: a finite fill a kernel uses for -inf."""
+    value = literal_float(node)
+    return value is not None and value <= -1e4
+
+
+def where_not_applied(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """Triton's masks (tl.where only): tl.where(mask, qk, float("-inf")) -> qk, tl.where(causal, qk,
+    -1.0e6) -> qk, tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0) -> p (a mask of probabilities,
+    by a comparison of a query or key index), and a large finite fill -> 0.0: tl.where(causal, 0,
+    -1.0e6) -> tl.where(causal, 0, 0.0) (an additive mask's bias)."""
+    args = positional(node)
+    receiver = method_receiver(node)
+    if call_name(node) != "where" or len(args) != 3 or len(node.args) != 3:
+        return
+    if not (isinstance(receiver, cst.Name) and receiver.value == "tl"):
+        return
+    condition, kept, fill = (a.value for a in args)
+    if large_negative(fill):
+        yield replace_arg(node, args[2], ZERO)
+    masking = is_minus_inf(fill) or large_negative(fill) or fill_word(fill)
+    compared = isinstance(condition, cst.Comparison) and len(condition.comparisons) == 1
+    if compared:
+        sides = (condition.left, condition.comparisons[0].comparator)
+        compared = any(key_like(s) or query_like(s) for s in sides)
+    if masking or (literal_float(fill) == 0.0 and compared):
+        if literal_float(kept) is None:
+            yield kept
 
 
 def operator_mask_not_added(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

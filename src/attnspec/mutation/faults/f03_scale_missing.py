@@ -9,7 +9,15 @@ import libcst.matchers as m
 
 from .edits import keyword_nulled, operand_dropped
 from .fault import CORE, Fault
-from .matchers import call_name, is_square_root, keyword, literal_float, replace_arg, scale_like
+from .matchers import (
+    call_name,
+    is_square_root,
+    keyword,
+    literal_float,
+    replace_arg,
+    scale_like,
+    triton_launch,
+)
 
 ONE = cst.Float("1.0")
 
@@ -46,10 +54,15 @@ def operator_drop_scale_statement(node: cst.AugAssign) -> Iterator[cst.CSTNode]:
 
 
 def operator_unit_scale_argument(node: cst.Call) -> Iterator[cst.CSTNode]:
-    """f(..., scale=s) -> f(..., scale=1.0) (also scaling=, sm_scale=, softmax_scale=)."""
+    """f(..., scale=s) -> f(..., scale=1.0) (also scaling=, sm_scale=, softmax_scale=), and a Triton
+    launch's scale by position: kernel[grid](q, k, v, sm_scale, ...) -> kernel[grid](q, k, v, 1.0, ...)."""
     arg = keyword(node, *SCALE_KEYWORDS)
     if arg is not None and not m.matches(arg.value, m.Name("None")) and literal_float(arg.value) != 1.0:
         yield replace_arg(node, arg, ONE)
+    if triton_launch(node):  # kernel[grid](q, k, v, sm_scale, ...): the scale handed on by position
+        for given in node.args:
+            if given.keyword is None and not given.star and scale_like(given.value):
+                yield replace_arg(node, given, ONE)
 
 
 FAULT = Fault(

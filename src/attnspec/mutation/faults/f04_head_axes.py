@@ -94,13 +94,36 @@ def operator_confuse_einops_heads(node: cst.Call) -> Iterator[cst.CSTNode]:
             return
 
 
+PROGRAM_WORDS = {"hz", "zh", "bh", "hb", "bhid", "pid"}
+
+
+def program_id_like(node: cst.CSTNode) -> bool:
+    """off_hz, pid_bh, bhid, tl.program_id(1): a Triton program's index over batch x heads."""
+    return call_name(node) == "program_id" or (
+        isinstance(node, (cst.Name, cst.Attribute)) and bool(words(node) & PROGRAM_WORDS)
+    )
+
+
+def operator_program_id_split(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
+    """A Triton kernel's batch and head taken from the wrong part of its program id: off_z = off_hz //
+    H -> off_hz % H, off_h = off_hz % H -> off_hz // H (the batch read as the head, or back)."""
+    other = {cst.FloorDivide: cst.Modulo, cst.Modulo: cst.FloorDivide}.get(type(node.operator))
+    counted = heads_like(node.right) or bool(words(node.right) & {"nheads", "nhead"})
+    if other is not None and program_id_like(node.left) and counted:
+        yield node.with_changes(operator=other())
+
+
 FAULT = Fault(
     "F4",
     "head and sequence axes confused in the head split or merge",
     "ch8",
     ("HEAD-1", "BLOCK-1", "LAYER-1"),
-    ((cst.Call, operator_confuse_head_axes), (cst.Call, operator_confuse_einops_heads)),
-    "a layer (the 'layer' capability), or the core where it reshapes heads",
+    (
+        (cst.Call, operator_confuse_head_axes),
+        (cst.Call, operator_confuse_einops_heads),
+        (cst.BinaryOperation, operator_program_id_split),
+    ),
+    "a layer (the 'layer' capability), or the core where it reshapes heads or splits a kernel's program id",
     # a head split or merge: n_head, head_dim (a per-head table's n_heads alone, e.g. sinks.view(1, n_heads,
     # 1, 1), is no split)
     evidence=tuple({verb, "head"} for verb in ("view", "reshape", "transpose", "rearrange")),

@@ -9,7 +9,17 @@ import libcst.matchers as m
 
 from .edits import call_unwrapped, keyword_nulled
 from .fault import Fault
-from .matchers import call_name, drop_args, keyword, literal_int, names_in, positional
+from .matchers import (
+    call_name,
+    drop_args,
+    keyword,
+    literal_int,
+    name_words,
+    names_in,
+    positional,
+    replace_arg,
+    triton_launch,
+)
 
 
 def operator_ignore_sinks(node: cst.Call) -> Iterator[cst.CSTNode]:
@@ -65,12 +75,39 @@ def operator_sink_column_dropped(node: cst.IndentedBlock) -> Iterator[cst.CSTNod
     yield m.replace(body, m.MatchIfTrue(drops_last_column), lambda n, _: n.value)
 
 
+def sink_term(node: cst.CSTNode) -> bool:
+    return any("sink" in name.lower() for name in names_in(node))
+
+
+def operator_sink_term_dropped(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """A kernel's sink left out of the softmax's denominator: l_i = l_i + tl.math.exp2(sink - m_i) ->
+    l_i, l_i += exp(sink - m) -> pass; and a launch's switch kernel[grid](..., HAS_SINKS=s is not None)
+    -> HAS_SINKS=False."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        if sink_term(node.right) and not sink_term(node.left) and m.findall(node.right, m.Call()):
+            yield node.left
+    elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+        if sink_term(node.value) and not sink_term(node.target) and m.findall(node.value, m.Call()):
+            yield cst.Pass()
+    elif triton_launch(node):
+        for arg in node.args:
+            switch = arg.keyword is not None and name_words(arg.keyword.value) & {"has", "use", "with"}
+            if switch and "sink" in arg.keyword.value.lower() and not m.matches(arg.value, m.Name("False")):
+                yield replace_arg(node, arg, cst.Name("False"))
+
+
 FAULT = Fault(
     "F10",
     "sinks ignored (not passed, or the sink column dropped before the softmax)",
     "book",
     ("BLOCK-5", "SINK-2"),
-    ((cst.Call, operator_ignore_sinks), (cst.IndentedBlock, operator_sink_column_dropped)),
+    (
+        (cst.Call, operator_ignore_sinks),
+        (cst.IndentedBlock, operator_sink_column_dropped),
+        (cst.BinaryOperation, operator_sink_term_dropped),
+        (cst.AugAssign, operator_sink_term_dropped),
+        (cst.Call, operator_sink_term_dropped),
+    ),
     "the 'sinks' capability",
     evidence=({"sink"}, {"sinks"}),
     generic=(keyword_nulled, call_unwrapped),

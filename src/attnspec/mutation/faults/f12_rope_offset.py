@@ -44,12 +44,17 @@ def operator_rope_offset_ignored(node: cst.IndentedBlock) -> Iterator[cst.CSTNod
 OFFSET_WORDS = {"offset", "past", "seen", "start", "cache", "prefix"}
 
 
+def triton_call(node: cst.CSTNode) -> bool:
+    """tl.arange(0, BLOCK_M): a Triton tile's offsets (start_m * BLOCK_M + tl.arange(...)), no positions."""
+    return m.matches(node, m.Call(func=m.Attribute(value=m.Name("tl"))))
+
+
 def operator_positions_from_zero(node: cst.BinaryOperation) -> Iterator[cst.CSTNode]:
     """arange(T) + past_seen_tokens -> arange(T): new tokens numbered from 0 in decode."""
     if not isinstance(node.operator, cst.Add):
         return
     for this, other in ((node.left, node.right), (node.right, node.left)):
-        if call_name(this) == "arange" and words(other) & OFFSET_WORDS:
+        if call_name(this) == "arange" and words(other) & OFFSET_WORDS and not triton_call(this):
             yield this
 
 

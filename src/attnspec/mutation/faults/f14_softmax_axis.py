@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 
 from .edits import called
 from .fault import CORE, Fault
@@ -62,12 +63,29 @@ def normalised_over_queries(node: cst.Call, arg: cst.Arg | None) -> Iterator[cst
         yield replace_arg(node, arg, cst.Integer(str(value - 1)))
 
 
+# a tile of logits or probabilities: qk, s, p, scores, logits
+TILE_NAMES = {"qk", "s", "p", "score", "scores", "logits", "probs", "attn", "w", "weights"}
+
+
+def operator_tile_reduction_axis(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """A Triton kernel's row statistics over the wrong axis of its (BLOCK_M, BLOCK_N) tile:
+    tl.max(qk, 1) -> tl.max(qk, 0), tl.sum(p, axis=1) -> axis=0 (the queries instead of the keys)."""
+    if call_name(node) not in ("max", "sum") or not m.matches(node.func, m.Attribute(value=m.Name("tl"))):
+        return
+    tile = node.args[0].value if node.args else None
+    if not (isinstance(tile, cst.Name) and words(tile) & TILE_NAMES):
+        return  # a reduction of something else: delta = tl.sum(o * do, axis=1), a dot product
+    arg = dim_arg(node, 1)
+    if arg is not None and literal_int(arg.value) == 1:
+        yield replace_arg(node, arg, cst.Integer("0"))
+
+
 FAULT = Fault(
     "F14",
     "softmax over the wrong axis (the queries instead of the keys)",
     "real",
     ("ATTN-1", "ATTN-4"),
-    ((cst.Call, operator_softmax_axis),),
+    ((cst.Call, operator_softmax_axis), (cst.Call, operator_tile_reduction_axis)),
     CORE,
     evidence=({"softmax"},),
     generic=(called(operator_softmax_axis),),

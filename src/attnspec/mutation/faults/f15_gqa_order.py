@@ -146,7 +146,11 @@ def head_index_like(node: cst.CSTNode) -> bool:
 def kv_heads_like(node: cst.CSTNode) -> bool:
     """n_kv_heads, self.num_key_value_heads, Hkv, n_kv: the number of KV heads."""
     w = words(node)
-    kv = bool(w & {"kv", "hkv", "nkv"}) or {"key", "value"} <= w
+    kv = (
+        bool(w & {"kv", "hkv", "nkv"})
+        or {"key", "value"} <= w
+        or ("k" in w and bool(w & {"nheads", "heads"}))
+    )
     return kv and not w & (SIZE_WORDS | {"idx", "index", "pos", "cache", "proj"})
 
 
@@ -215,6 +219,42 @@ def operator_gqa_group_divide(node: cst.BinaryOperation) -> Iterator[cst.CSTNode
         yield node.with_changes(operator=cst.Modulo(), right=group.right.with_changes(lpar=[], rpar=[]))
 
 
+def query_heads(block: cst.IndentedBlock) -> cst.BaseExpression | None:
+    """The count of query heads a kernel's body names (H, num_heads, nheads), if any."""
+    operands = _Operands()
+    block.visit(operands)
+    for operand in operands.found:
+        w = words(operand)
+        heads = heads_like(operand) or bool(w & {"nheads", "nhead"})
+        if heads and not kv_heads_like(operand) and not w & ({"idx", "index", "off", "k"} | GROUP_WORDS):
+            return operand
+    return None
+
+
+def operator_kernel_group_divide(node: cst.IndentedBlock) -> Iterator[cst.CSTNode]:
+    """off_kvh = off_h // GROUP_SIZE -> off_h % (H // GROUP_SIZE): a Triton kernel's KV head read in tile
+    order, the number of KV heads written as the query heads (as the body names them) over the group."""
+    for statement in node.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for found in m.findall(statement, m.BinaryOperation(operator=m.FloorDivide())):
+            group = found.right
+            if not (head_index_like(found.left) and isinstance(group, (cst.Name, cst.Attribute))):
+                continue
+            if not words(group) & (GROUP_WORDS | {"kvgroup"}):
+                continue
+            heads = query_heads(node)
+            if heads is not None:
+                kv_heads = cst.BinaryOperation(
+                    left=heads,
+                    operator=cst.FloorDivide(),
+                    right=group,
+                    lpar=[cst.LeftParen()],
+                    rpar=[cst.RightParen()],
+                )
+                yield node.deep_replace(found, found.with_changes(operator=cst.Modulo(), right=kv_heads))
+
+
 class _Fill(cst.CSTTransformer):
     """Puts expressions in place of placeholder names in a parsed template."""
 
@@ -236,6 +276,7 @@ FAULT = Fault(
         (cst.Call, operator_gqa_interleaved_order),
         (cst.IndentedBlock, operator_gqa_head_modulo),
         (cst.BinaryOperation, operator_gqa_group_divide),
+        (cst.IndentedBlock, operator_kernel_group_divide),
     ),
     "the 'gqa' capability",
     evidence=(

@@ -21,6 +21,7 @@ from .matchers import (
     plus,
     positional,
     replace_arg,
+    tile_axis,
     words,
 )
 
@@ -77,7 +78,7 @@ def operator_window_bound_call(node: cst.Call) -> Iterator[cst.CSTNode]:
 def query_index(node: cst.CSTNode) -> bool:
     """i, q_idx, pos, self.pos: a query's position (no key's, no window's, no size's)."""
     found = words(node)
-    positions = found & (QUERY_WORDS | POSITION_WORDS)
+    positions = found & (QUERY_WORDS | POSITION_WORDS) or tile_axis(found) == "query"
     return bool(positions) and not found & KEY_WORDS and not mentions_window(node)
 
 

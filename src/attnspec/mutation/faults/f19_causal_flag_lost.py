@@ -9,14 +9,15 @@ import libcst.matchers as m
 
 from .edits import keyword_nulled
 from .fault import Fault
-from .matchers import CAUSAL_KEYWORDS, func_name, keyword, replace_arg
+from .matchers import CAUSAL_KEYWORDS, causal_keyword, func_name, replace_arg
 
 
 def operator_causal_flag_lost(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The causal flag lost on its way: f(..., causal=causal) / is_causal=self.is_causal / causal=True
-    -> False, and self.is_causal = True -> False (F1 has the literal is_causal=True of a call)."""
+    -> False, a Triton launch's kernel[grid](..., IS_CAUSAL=causal) -> False, and self.is_causal = True
+    -> False (F1 has the literal is_causal=True of a call)."""
     if isinstance(node, cst.Call):
-        arg = keyword(node, *CAUSAL_KEYWORDS)
+        arg = causal_keyword(node)
         if arg is None or m.matches(arg.value, m.Name("False")):
             return
         if arg.keyword.value == "is_causal" and m.matches(arg.value, m.Name("True")):

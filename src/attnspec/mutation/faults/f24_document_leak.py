@@ -13,10 +13,13 @@ from .matchers import (
     SIZE_WORDS,
     base_of,
     broadcast_axis,
+    call_name,
     key_like,
     keys_or_values,
+    literal_int,
     name_words,
     names_in,
+    positional,
     query_like,
     words,
 )
@@ -131,12 +134,39 @@ def operator_varlen_slice_widened(node: cst.For) -> Iterator[cst.CSTNode]:
         yield node.with_changes(body=m.replace(node.body, m.MatchIfTrue(document_slice), widened))
 
 
+def cumulative_lengths(node: cst.CSTNode) -> bool:
+    """cu_seqlens, cu_seqlens_k, cu_seq_lens: the cumulative lengths of packed sequences."""
+    w = words(node)
+    return "cu" in w and bool(w & {"seqlens", "seqlen", "seq", "lens"})
+
+
+def operator_varlen_bound_widened(node: cst.Call) -> Iterator[cst.CSTNode]:
+    """A Triton varlen kernel's key range one token too wide: k_start = tl.load(cu_seqlens_k + b) ->
+    tl.load(...) - 1 (the previous document's last token read), tl.load(cu_seqlens_k + b + 1) ->
+    tl.load(...) + 1 (the next one's first).  Not the queries' bounds (cu_seqlens_q)."""
+    args = positional(node)
+    if call_name(node) != "load" or not args or not cumulative_lengths(args[0].value):
+        return
+    pointer = args[0].value
+    if words(pointer) & {"q", "query"}:
+        return
+    end = isinstance(pointer, cst.BinaryOperation) and isinstance(pointer.operator, cst.Add)
+    end = end and literal_int(pointer.right) == 1
+    yield cst.BinaryOperation(
+        left=node, operator=cst.Add() if end else cst.Subtract(), right=cst.Integer("1")
+    )
+
+
 FAULT = Fault(
     "F24",
     "document boundary leaks by one token (the previous document's last token seen, a cu_seqlens slice)",
     "real",
     ("ATTN-16", "ATTN-4"),
-    ((cst.Comparison, operator_document_leak), (cst.For, operator_varlen_slice_widened)),
+    (
+        (cst.Comparison, operator_document_leak),
+        (cst.For, operator_varlen_slice_widened),
+        (cst.Call, operator_varlen_bound_widened),
+    ),
     "the 'documents' capability (packed rows: ATTN-16, and every property on them)",
     evidence=(
         {"cu", "seqlens"},

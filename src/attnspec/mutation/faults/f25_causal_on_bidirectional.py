@@ -11,9 +11,9 @@ from .fault import Fault
 from .matchers import (
     CAUSAL_KEYWORDS,
     CAUSAL_SWITCH,
+    causal_keyword,
     func_name,
     key_like,
-    keyword,
     query_like,
     replace_arg,
     words,
@@ -27,6 +27,11 @@ def causal_flag(node: cst.CSTNode) -> bool:
         and "causal" in words(node)
         and not words(node) & {"mask", "masks", "fn", "function", "mod"}
     )
+
+
+def constexpr_flag(node: cst.CSTNode) -> bool:
+    """CAUSAL, IS_CAUSAL: a Triton kernel's causal constexpr (its IfExp picks a loop bound, no mask)."""
+    return isinstance(node, cst.Name) and node.value.isupper() and causal_flag(node)
 
 
 def negated_flag(node: cst.CSTNode) -> bool:
@@ -50,9 +55,11 @@ def full_mask_mod(params: cst.Parameters, returned: cst.BaseExpression | None) -
 def operator_causal_mask_left_on(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """A causal mask left on a bidirectional path, F19's reverse: f(..., causal=causal) / is_causal=
     self.is_causal -> True; if causal: -> if True: and if not causal: -> if False:; mask if causal else
-    None -> mask; self.is_causal = False -> True; a mask_mod lambda b, h, q, kv: True -> kv <= q."""
+    None -> mask; self.is_causal = False -> True; a mask_mod lambda b, h, q, kv: True -> kv <= q; and a
+    Triton kernel's: kernel[grid](..., IS_CAUSAL=causal) -> True, hi = (start_m + 1) * BLOCK_M if CAUSAL
+    else N_CTX -> the causal bound (a constexpr in capitals picks a loop bound, no mask)."""
     if isinstance(node, cst.Call):
-        arg = keyword(node, *CAUSAL_KEYWORDS)
+        arg = causal_keyword(node)
         if arg is not None and not m.matches(arg.value, m.Name("True")):
             yield replace_arg(node, arg, cst.Name("True"))
     elif isinstance(node, cst.If):
@@ -60,7 +67,9 @@ def operator_causal_mask_left_on(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
             yield node.with_changes(test=cst.Name("True"))
         elif negated_flag(node.test):
             yield node.with_changes(test=cst.Name("False"))
-    elif isinstance(node, cst.IfExp) and (mask_branch(node.body) or mask_branch(node.orelse)):
+    elif isinstance(node, cst.IfExp) and (
+        mask_branch(node.body) or mask_branch(node.orelse) or constexpr_flag(node.test)
+    ):
         if causal_flag(node.test):
             yield node.body
         elif negated_flag(node.test):

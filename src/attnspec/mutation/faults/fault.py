@@ -30,3 +30,7 @@ class Fault:
     voided_by: frozenset[str] | set[str] = frozenset()  # words that void the evidence on their line
     needs: str | None = None  # a fault whose feature this one's only exists beside (a RoPE offset: RoPE)
     generic: tuple[Operator, ...] = ()  # the structural edits an annotation of the fault turns on (edits.py)
+    # a fault of tiled kernels' online softmax (its running max, rescale, exp2, split combine): impl/, which
+    # has none, shows no site of it, and the main job's gate does not ask for one (flash-ref's campaign
+    # and the Triton corpus grade it)
+    kernel_only: bool = False

@@ -137,16 +137,28 @@ POSITION_WORDS = {"position", "positions", "pos", "p", "t"}
 SIZE_WORDS = {"shape", "size", "len", "numel", "dim", "ndim"}
 
 
+# Triton's tile offsets: offs_m, start_m (a query block's rows) and offs_n, start_n (a key block's columns)
+TILE_WORDS = {"offs", "offset", "offsets", "start"}
+
+
+def tile_axis(w: set[str]) -> str | None:
+    """'query' for the words of offs_m / start_m, 'key' for offs_n / start_n + offs_n, else None."""
+    if not w & TILE_WORDS or {"m", "n"} <= w:
+        return None
+    return "query" if "m" in w else "key" if "n" in w else None
+
+
 def key_like(node: cst.CSTNode) -> bool:
     w = words(node)
-    return bool(w & KEY_WORDS) and not w & QUERY_WORDS and not w & SIZE_WORDS
+    keys = bool(w & KEY_WORDS) or tile_axis(w) == "key"
+    return keys and not w & QUERY_WORDS and not w & SIZE_WORDS and tile_axis(w) != "query"
 
 
 def query_like(node: cst.CSTNode) -> bool:
     w = words(node)
-    if w & KEY_WORDS or w & SIZE_WORDS:
+    if w & KEY_WORDS or w & SIZE_WORDS or tile_axis(w) == "key":
         return False
-    return bool(w & QUERY_WORDS or w & POSITION_WORDS)
+    return bool(w & QUERY_WORDS or w & POSITION_WORDS) or tile_axis(w) == "query"
 
 
 def key_vs_query(left: cst.CSTNode, right: cst.CSTNode) -> bool:
@@ -269,6 +281,15 @@ CACHE_WORDS = {"cache", "past", "cached"}
 CAUSAL_KEYWORDS = ("is_causal", "causal")
 
 
+def causal_keyword(node: cst.Call) -> cst.Arg | None:
+    """The causal flag a call is handed: causal= / is_causal=, or a Triton launch's constexpr in any
+    case (kernel[grid](..., IS_CAUSAL=causal))."""
+    arg = keyword(node, *CAUSAL_KEYWORDS)
+    if arg is None and triton_launch(node):
+        arg = next((a for a in node.args if a.keyword and a.keyword.value.lower() in CAUSAL_KEYWORDS), None)
+    return arg
+
+
 def dim_arg(node: cst.Call, position: int) -> cst.Arg | None:
     given = keyword(node, "dim", "axis")
     if given is not None:
@@ -278,6 +299,11 @@ def dim_arg(node: cst.Call, position: int) -> cst.Arg | None:
 
 
 TENSOR_LIBRARIES = {"torch", "F", "functional", "nn", "special"}
+
+
+def triton_launch(node: cst.CSTNode) -> bool:
+    """kernel[grid](...): a Triton kernel launched over its grid."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Subscript)
 
 
 def is_method_call(node: cst.Call) -> bool:
@@ -337,3 +363,20 @@ WINDOW = ({"window"}, {"sliding"})
 WINDOWED_CACHE = ({"cache", "window"}, {"cache", "sliding"})
 # a causal switch (is_causal, a flag named causal, a bidirectional path), not a causal mask's name
 CAUSAL_SWITCH = ({"is", "causal"}, {"=causal"}, {"bidirectional"}, {"non", "causal"})
+
+
+# --- online-softmax kernels (F29, F31)
+EXP_CALLS = {"exp", "exp2"}
+# a key split's own statistics in split-K / flash-decoding: m_split, lse_part, partial maxima
+SPLIT_WORDS = {"split", "splits", "part", "parts", "partial", "partials", "chunk", "chunks"}
+
+
+def exp_of_difference(node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(a, b) for exp(a - b), torch.exp(a - b), tl.math.exp2(a - b); else None."""
+    args = positional(node) if isinstance(node, cst.Call) else []
+    if call_name(node) not in EXP_CALLS or len(args) != 1:
+        return None
+    inner = args[0].value
+    if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Subtract):
+        return inner.left, inner.right
+    return None

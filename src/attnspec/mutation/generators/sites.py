@@ -276,15 +276,64 @@ def cell_filled(cell: types.CellType) -> bool:
 
 
 def install(mutant: dict) -> None:
-    """Put the mutant's code (``file``: its whole mutated module) into the live function it mutates."""
+    """Put the mutant's code (``file``: its whole mutated module) into the live function it mutates, or
+    into the Triton kernel it mutates (triton_kernel)."""
     source = Path(mutant["file"]).read_text(encoding="utf-8")
     code = find_code(compile(source, mutant["original"], "exec"), mutant["qualname"])
     if code is None:
         raise LookupError(f"{mutant['qualname']} not found in the mutated module")
+    kernel = triton_kernel(mutant["module"], mutant["qualname"])
+    if kernel is not None:
+        install_kernel(kernel, mutant)
+        return
     function = live_function(mutant["module"], mutant["qualname"])
     if code.co_freevars != function.__code__.co_freevars:
         raise LookupError(f"{mutant['qualname']}: the mutant's closure differs from the function's")
     function.__code__ = code
+
+
+def triton_kernel(module_name: str, qualname: str) -> object | None:
+    """The ``@triton.jit`` kernel that ``module.qualname`` is (under triton.autotune's and
+    triton.heuristics' wrappers: the object whose ``fn`` is the function), or None for anything else."""
+    if "triton" not in sys.modules or "." in qualname:
+        return None
+    from triton.runtime.jit import JITFunction
+
+    try:
+        obj = getattr(importlib.import_module(module_name), qualname)
+    except (ImportError, AttributeError):
+        return None
+    interpreted = sys.modules.get("triton.runtime.interpreter")
+    kinds = (JITFunction, *([interpreted.InterpretedFunction] if interpreted else []))
+    for _ in range(4):
+        if isinstance(obj, kinds):
+            return obj
+        obj = getattr(obj, "fn", None)
+    return None
+
+
+def install_kernel(kernel, mutant: dict) -> None:
+    """A Triton kernel reads its function's source, not its code: Triton's interpreter parses it again
+    when it first runs the kernel, and the compiler compiles the text it kept.  The kernel is given the
+    mutated function, compiled from the mutated module's own file (``file``, whose text holds it).  A
+    kernel compiled for a GPU is refused: run the tests with TRITON_INTERPRET=1 to grade it."""
+    if not hasattr(kernel, "rewriter"):
+        raise LookupError(
+            f"{mutant['qualname']} is a Triton kernel compiled for a GPU: run the tests under "
+            "TRITON_INTERPRET=1 (Triton's interpreter) to grade its mutants"
+        )
+    from triton.runtime.interpreter import FunctionRewriter
+
+    source = Path(mutant["file"]).read_text(encoding="utf-8")
+    code = find_code(compile(source, mutant["file"], "exec"), mutant["qualname"])
+    old = kernel.fn
+    if code is None or code.co_freevars != old.__code__.co_freevars:
+        raise LookupError(f"{mutant['qualname']}: the mutant's kernel differs from the kernel's signature")
+    new = types.FunctionType(code, old.__globals__, old.__name__, old.__defaults__, old.__closure__)
+    new.__kwdefaults__, new.__annotations__ = old.__kwdefaults__, old.__annotations__  # tl.constexpr marks
+    new.__qualname__, new.__module__ = old.__qualname__, old.__module__
+    kernel.fn = new
+    kernel.rewriter = FunctionRewriter(new, **kernel.kwargs)
 
 
 ACTIVE = "ATTNSPEC_MUTANT"  # the active mutant (JSON of its plan entry) for processes a command starts

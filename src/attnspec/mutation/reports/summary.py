@@ -44,6 +44,9 @@ def percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "n/a"
 
 
+KERNELS_ONLY = "a fault of tiled kernels: impl/ has no online softmax (flash-ref and the Triton zoo have it)"
+
+
 def summarize(
     mutants: list[Mutant],
     campaign_info: dict,
@@ -79,6 +82,9 @@ def summarize(
     for fault, result in zip(FAULTS, fault_results(mutants), strict=True):
         if sharded and result.status == "no site":
             out.append(f"  {fault.id:<4} {'elsewhere':<9} {fault.description}  [in other shards or no site]")
+            continue
+        if fault.kernel_only and result.status == "no site":  # impl/ has no online softmax
+            out.append(f"  {fault.id:<4} {'kernels':<9} {fault.description}  [{KERNELS_ONLY}]")
             continue
         killers = sorted({r for m in result.mutants for r in m.killing_requirements})
         detail = f"{len(result.mutants)} mutant(s)"

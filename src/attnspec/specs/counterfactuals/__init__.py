@@ -72,6 +72,8 @@ __all__ = [
     "at_rope",
 ]
 
+LN2 = 0.6931471805599453  # exp2(x) = exp(x * ln 2): the scale of a base-2 softmax given natural-base logits
+
 COUNTERFACTUALS: tuple[Counterfactual, ...] = (
     called(
         "F1",
@@ -112,6 +114,13 @@ COUNTERFACTUALS: tuple[Counterfactual, ...] = (
         "the scale the call gives is ignored: the logits are scaled by 1/sqrt(d)",
         "use the scale argument where one is given",
         lambda call, tq, tk, heads, d: {"scale": None} if call.scale is not None else None,
+    ),
+    attention_only(
+        "F30",
+        "exp2 of logits never multiplied by log2(e): every logit scaled by ln 2 (0.693), a softmax in base 2 "
+        "of natural-base logits",
+        "fold log2(e) into the scale the exp2 takes (qk_scale = sm_scale * 1.4427), the sinks too",
+        lambda call, tq, tk, heads, d: {"scale": (d**-0.5 if call.scale is None else call.scale) * LN2},
     ),
     called(
         "F10",
