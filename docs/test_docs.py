@@ -101,6 +101,14 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert replay(quick_start.replace("\nattnspec mutate", "\n# attnspec mutate"), tmp_path) >= 1
 
 
+def test_the_triton_how_to_runs_as_written(tmp_path: Path) -> None:
+    """The how-to that checks a Triton kernel of a reader's own and finds the bug planted in it, on the
+    CPU through Triton's interpreter (``tox -e triton`` runs it; elsewhere triton is not installed)."""
+    pytest.importorskip("triton", reason="needs triton: pip install 'attnspec[triton]' (tox -e triton)")
+    page = REPO / "docs" / "how-to" / "triton.md"
+    assert replay(page.read_text(encoding="utf-8"), tmp_path) >= 3
+
+
 def test_the_tutorials_are_in_the_site() -> None:
     config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     for page in TUTORIALS:

@@ -48,13 +48,14 @@ def test_a_kernel_that_needs_contiguous_inputs_and_declares_it_passes():
 LOCALISED = {
     "PARTIAL_KEY_BLOCK_DROPPED": "only when the last key or query block is partial",
     "LAST_QUERY_BLOCK_DROPPED": "only when the last key or query block is partial",
+    "DIAGONAL_BLOCK_SKIPPED": "only where a query's own key is the first of a key block",
     "ACCUMULATOR_NOT_RESCALED": "only when the keys span several key blocks",
     "SUM_NOT_RESCALED": "only when the keys span several key blocks",
     "MAX_STARTS_AT_ZERO": "only at logits far below zero",
     "MAX_STARTS_AT_A_SENTINEL": "only at logits far below zero",
     "NO_RUNNING_MAX": "only at logits far below zero",
     "SPLITS_NOT_RESCALED": "only on the decode path",
-    "SINK_IN_EVERY_SPLIT": "only on the decode path",
+    "SINK_IN_EVERY_SPLIT": "only on the decode path with sinks",
     "STRIDES_IGNORED": "reads its inputs as if they were contiguous",
     "GQA_BY_MODULO": "tile-style GQA",
 }

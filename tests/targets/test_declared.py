@@ -91,8 +91,9 @@ def declaration_problems(conventions=(), capabilities=(), **mods) -> list[str]:
 def test_unknown_or_contradictory_declarations_are_refused():
     assert "unknown convention 'alibi'" in declaration_problems({"alibi"})[0]
     assert "exclude each other" in declaration_problems({"top-left"}, {"blind"})[0]
-    assert declaration_problems(set(declared.DECLARABLE) - {"top-left"}, {"blind", "gqa"}) == []
+    assert declaration_problems(set(declared.DECLARABLE) - {"top-left"}, {"blind", "gqa", "float16"}) == []
     assert "without the 'gqa' capability" in declaration_problems({"gqa-tile"})[0]
+    assert "without the 'float16' capability" in declaration_problems({"weights-in-input-dtype"})[0]
     everything = lambda b, h, q_idx, kv_idx: q_idx >= 0  # noqa: E731
     clash = declaration_problems({"top-left"}, {"window", "non_causal"}, mask_mod=everything)
     assert "a mask_mod is the whole mask: non_causal, top-left, window" in clash[0], clash

@@ -31,6 +31,7 @@ from attnspec.kit.conventions import (
     rope_convention_mismatch,
 )
 from attnspec.kit.frames import raised_at
+from attnspec.kit.gradient_findings import gradient_finding
 from attnspec.kit.loading import running
 from attnspec.kit.localisation import (
     SEED,
@@ -447,6 +448,7 @@ def target_diagnosis(target: Target, device: torch.device | str = "cpu") -> str 
     checks += [partial(cross_finding, target)] if target.supports("cross") else []
     if target.attention is not None and target.blocks:
         checks.append(partial(kernel_finding, target))
+    checks.append(partial(gradient_finding, target))  # a target with "grad" whose output is right
     try:  # first: a target that answers otherwise to the same call explains every failure at once
         with torch.no_grad():
             nondeterministic = determinism_finding(target, device, dtype)

@@ -51,7 +51,8 @@ def batch_finding(out: object, golden: torch.Tensor) -> str | None:
         return None
     return (
         "only the sequences after the first of a batch are wrong (the first is right): a batch offset "
-        "lost (a pointer or index not advanced by b * stride), or heads repeated over a folded "
+        "lost (a pointer or index not advanced by b * stride, or by a packed sequence's start in "
+        "cu_seqlens), or heads repeated over a folded "
         "batch * heads axis with repeat instead of repeat_interleave: index each sequence's own rows"
     )
 
@@ -258,13 +259,19 @@ def _kernel_call(
 
 KERNEL_CAUSES = {
     "several": "only when the keys span several key blocks (one whole block is right): the online softmax's "
-    "rescale: multiply the accumulator and the running sum by exp(m_old - m_new) whenever the max grows",
+    "rescale (F29): multiply the accumulator and the running sum by exp(m_old - m_new) when the max grows",
     "partial": "only when the last key or query block is partial (whole blocks are right): the last partial "
-    "block dropped (a block count rounded down) or its padding not masked",
+    "block dropped (a block count rounded down, F32) or its padding not masked (F1)",
+    "diagonal": "only where a query's own key is the first of a key block (Tq whole blocks over one key "
+    "more; whole blocks and partial ones are right): the causal bound of the block walk one key short, so "
+    "the block that starts on the diagonal is skipped (F32): walk the key blocks up to the last query's "
+    "position + 1",
     "low": "only at logits far below zero (-1e6 at every key; ordinary logits are right): a running max that "
-    "starts at 0 or at a finite sentinel, or none: start it at -inf and subtract it before exp",
+    "starts at 0 or at a finite sentinel, or none: start it at -inf and subtract it before exp (F28)",
     "decode": "only on the decode path (a few queries over more keys than its switch lengths; the square "
-    "problems are right): combine the key splits rescaled by each split's max, the sink counted once",
+    "problems are right): combine the key splits rescaled by each split's max (F31)",
+    "decode sinks": "only on the decode path with sinks (without them it is right): the sink counted once "
+    "per key split: add it to the merged sum once, after the splits are combined",
     "half": "only at fp16/bf16 (float32 is right): the scores or the accumulator kept in half precision: "
     "score and accumulate in float32, round the result once",
 }
@@ -272,10 +279,10 @@ KERNEL_CAUSES = {
 
 def kernel_finding(target: Target, device, dtype: torch.dtype) -> str | None:
     """Structural localisation for a blocked kernel (one that declares its block sizes): which of
-    one whole key block, several whole blocks, a partial last block, logits far below zero, the decode
-    path and half precision it gets wrong, said as the cause: the first of them wrong where one whole
-    block is right (several blocks before a partial one, which spans several too; the decode path
-    over whole blocks)."""
+    one whole key block, several whole blocks, a partial last block, a causal diagonal on a key block's
+    first key, logits far below zero, the decode path and half precision it gets wrong, said as the
+    cause: the first of them wrong where one whole block is right (several blocks before a partial one,
+    which spans several too; the decode path over whole blocks)."""
     size = min(target.blocks)
     if target.max_len is not None and target.max_len < 2 * size + 3:
         return None
@@ -287,10 +294,13 @@ def kernel_finding(target: Target, device, dtype: torch.dtype) -> str | None:
         "one": _kernel_call(target, size, size, dtype, device),
         "several": _kernel_call(target, 2 * size, 2 * size, dtype, device),
         "partial": _kernel_call(target, 2 * size + 3, 2 * size + 3, dtype, device),
+        "diagonal": not target.supports("decode") or _kernel_call(target, size, size + 1, dtype, device),
         "low": _kernel_call(target, size, size, dtype, device, low=True),
     }
     if target.supports("decode"):
-        right["decode"] = _kernel_call(target, 1, longest, dtype, device, sinks=target.supports("sinks"))
+        right["decode"] = _kernel_call(target, 1, longest, dtype, device)
+        if target.supports("sinks"):
+            right["decode sinks"] = _kernel_call(target, 1, longest, dtype, device, sinks=True)
     if target.supports("float16"):
         right["half"] = _kernel_call(target, 2 * size + 3, 2 * size + 3, torch.float16, device)
     if not right["one"]:

@@ -91,7 +91,7 @@ def problems(target: Target) -> list[str]:
     if "gqa-tile" in declared and "gqa" not in capabilities:
         found.append("'gqa-tile' without the 'gqa' capability: with Hq = Hkv both groupings are the same")
     if "weights-in-input-dtype" in declared and "float16" not in capabilities:
-        found.append("'weights-in-input-dtype' without the 'float16' capability: it is about fp16/bf16 inputs")
+        found.append("'weights-in-input-dtype' without the 'float16' capability: it is of fp16/bf16 inputs")
     if target.mask_mod is not None:
         clash = sorted((capabilities | declared) & set(BUILT_IN_MASK))
         if clash:

@@ -57,10 +57,13 @@ def kernels(modules: list[object]) -> tuple[list[str], list[str]]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    def kind(value: object) -> type | None:
-        for _ in range(4):
+    def kind(value: object) -> type | None:  # only Triton's own objects are looked into (a lazy
+        for _ in range(4):  # module's attribute may import anything, or raise)
             if isinstance(value, (JITFunction, InterpretedFunction)):
                 return type(value)
+            owner = type(value).__module__
+            if not isinstance(owner, str) or not owner.startswith("triton."):
+                return None
             value = getattr(value, "fn", None)
         return None
 
