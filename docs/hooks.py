@@ -68,7 +68,8 @@ def faults() -> str:
     for fault in FAULTS:
         idioms = []
         for _, operator in fault.operators:
-            doc = " ".join((operator.__doc__ or operator.__name__).split())
+            # (a Triton launch, kernel[grid](...), is code, not a Markdown link)
+            doc = " ".join((operator.__doc__ or operator.__name__).split()).replace("](", "]\\(")
             if doc not in idioms:
                 idioms.append(doc)
         module = fault.operators[0][1].__module__.rpartition(".")[2]
