@@ -19,21 +19,18 @@ import os
 import sys
 
 INTERPRET_ENV = "TRITON_INTERPRET"
-NOTE = "its Triton kernels interpreted on the CPU (TRITON_INTERPRET=1)"
-NOTE_HALF = "its Triton kernels interpreted on the CPU (TRITON_INTERPRET=1; bfloat16 not checked)"
 NO_BFLOAT16 = (
     "torch.bfloat16: Triton's interpreter computes on bfloat16's bit patterns (only loads, stores and casts "
     "are right), so an interpreted kernel is not checked in it; check it compiled on a GPU (--device cuda)"
 )
 
 
-def prepare(device: str) -> bool:
+def prepare(device: str) -> None:
     """Before a target's module is imported: switch Triton's interpreter on for a run on the CPU where
     triton is installed (a kernel compiled for a GPU cannot take CPU tensors; a module that defines no
-    kernel is not affected), unless ``TRITON_INTERPRET`` is set already; whether it is on."""
+    kernel is not affected), unless ``TRITON_INTERPRET`` is set already."""
     if INTERPRET_ENV not in os.environ and device.startswith("cpu") and importlib.util.find_spec("triton"):
         os.environ[INTERPRET_ENV] = "1"
-    return os.environ.get(INTERPRET_ENV) == "1"
 
 
 _KERNELS: list[str] = []  # the target's kernels this process runs interpreted (found)
@@ -46,7 +43,10 @@ def active() -> bool:
 
 def note(half: bool) -> str:
     """What the verdict says of an interpreted target ("" for another); ``half``: it declares fp16/bf16."""
-    return (NOTE_HALF if half else NOTE) if active() else ""
+    if not active():
+        return ""
+    unchecked = "; bfloat16 not checked" if half else ""
+    return f"its Triton kernels interpreted on the CPU ({INTERPRET_ENV}=1{unchecked})"
 
 
 def kernels(modules: list[object]) -> tuple[list[str], list[str]]:
